@@ -1,0 +1,199 @@
+/*
+ * pld.h -- the C core of pld: prompt lookup decoding over raw token buffers.
+ *
+ * No Python in here. Every function works on (pointer, length) pairs that the
+ * caller owns; nothing keeps a pointer to caller memory after it returns,
+ * except where a contract says otherwise. Functions that can fail return a
+ * pld_status; the rest cannot fail for arguments within their contract.
+ *
+ * Vocabulary:
+ *   L        length of the token sequence (the context so far)
+ *   n        an n-gram size; the "suffix n-gram" is tokens[L-n .. L-1]
+ *   k        the number of draft tokens asked for (num_pred_tokens)
+ *   draft    the tokens proposed to follow the sequence
+ */
+#ifndef PLD_H
+#define PLD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    PLD_OK = 0,
+    PLD_ERR_NOMEM = -1,    /* an allocation failed; the object is unchanged */
+    PLD_ERR_ARG = -2,      /* an argument is outside its contract */
+    PLD_ERR_OVERFLOW = -3, /* a size would exceed what the core can index */
+    PLD_ERR_VALUE = -4     /* numeric input is invalid (NaN, negative mass) */
+} pld_status;
+
+/* ------------------------------------------------------------------------
+ * Lookup semantics
+ * ------------------------------------------------------------------------
+ * PLD_SEED (the method's find_candidate_pred_tokens): for n from max_n down
+ *   to min_n (skipping n > L), take the EARLIEST occurrence i of the suffix
+ *   n-gram. It is valid iff its full continuation fits (i + n + k <= L) and
+ *   it is not the trailing self-match (i + n < L - n). A valid match yields
+ *   tokens[i+n .. i+n+k-1]; an invalid earliest occurrence moves on to the
+ *   next smaller n (a later occurrence of the same n is never valid when the
+ *   earliest is not). No valid n: an empty draft.
+ *
+ * PLD_TRANSFORMERS (transformers' PromptLookupCandidateGenerator, without
+ *   logits processors): if max_length == L + 1 the draft is empty. For n
+ *   from min(max_n, L - 1) down to min_n, the earliest occurrence i gives
+ *   start = i + n and end = min(start + k, L, max_length); the first n with
+ *   start < end wins: the draft is tokens[start .. end-1], cut before its
+ *   first token that is in eos[]; a draft cut to nothing is empty (no
+ *   further n is tried).
+ */
+typedef enum { PLD_SEED = 0, PLD_TRANSFORMERS = 1 } pld_semantics;
+
+typedef struct {
+    pld_semantics semantics;
+    int64_t max_length;  /* PLD_TRANSFORMERS only; < 0 means no limit */
+    const int64_t *eos;  /* PLD_TRANSFORMERS only; may be NULL when n_eos 0 */
+    size_t n_eos;
+} pld_lookup_opts;
+
+/* Scan tokens[0..len) once (O(len * max_n) worst case, O(len) typically) and
+ * place the draft as a slice of the input: *start and *count (count 0: no
+ * draft). Requires 1 <= min_n <= max_n, k >= 1, opts != NULL. Returns
+ * PLD_ERR_ARG otherwise. Reads tokens only; allocates nothing. */
+pld_status pld_find_candidate_i64(const int64_t *tokens, size_t len,
+                                  size_t min_n, size_t max_n, size_t k,
+                                  const pld_lookup_opts *opts,
+                                  size_t *start, size_t *count);
+pld_status pld_find_candidate_i32(const int32_t *tokens, size_t len,
+                                  size_t min_n, size_t max_n, size_t k,
+                                  const pld_lookup_opts *opts,
+                                  size_t *start, size_t *count);
+
+/* ------------------------------------------------------------------------
+ * Incremental n-gram index over one growing sequence
+ * ------------------------------------------------------------------------
+ * The index owns a copy of the sequence (int64). For each n in
+ * [min_n, max_n] it keeps a hash table from n-gram to one position, updated
+ * as tokens arrive, so extend costs O(max_n) per token (amortised over table
+ * growth) and propose costs O(k) for PLD_POLICY_FIRST -- independent of L.
+ *
+ * Policies:
+ *   PLD_POLICY_FIRST     earliest occurrence: proposals equal
+ *                        pld_find_candidate_* on the same sequence, under
+ *                        both semantics.
+ *   PLD_POLICY_RECENT    the same rules, but the LATEST valid occurrence of
+ *                        the suffix n-gram wins. O(k + n) per propose.
+ *   PLD_POLICY_FREQUENT  the draft is built token by token: the next token
+ *                        is the most frequent follower of the longest suffix
+ *                        n-gram (of sequence + draft so far) that has one;
+ *                        a tie goes to the follower that reached the count
+ *                        first. Stops at k tokens or when no n-gram has a
+ *                        follower. Under PLD_TRANSFORMERS the draft is cut
+ *                        before the first eos and to at most
+ *                        max_length - L - 1 tokens. O(k * max_n) per propose.
+ *
+ * Sizes: at most PLD_INDEX_MAX_TOKENS tokens (positions are 32-bit).
+ */
+#define PLD_INDEX_MAX_TOKENS ((size_t)UINT32_MAX - 2u)
+
+typedef enum {
+    PLD_POLICY_FIRST = 0,
+    PLD_POLICY_RECENT = 1,
+    PLD_POLICY_FREQUENT = 2
+} pld_policy;
+
+typedef struct pld_index pld_index;
+
+/* A new empty index; NULL if 1 <= min_n <= max_n <= PLD_MAX_NGRAM does not
+ * hold, the policy is unknown, or memory runs out. Free with
+ * pld_index_free. */
+#define PLD_MAX_NGRAM 64
+pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy);
+void pld_index_free(pld_index *index); /* NULL is fine */
+
+/* Append count tokens (copied). On error the index is left as it was before
+ * the call for PLD_ERR_OVERFLOW; after PLD_ERR_NOMEM it holds a prefix of
+ * the new tokens and stays consistent. */
+pld_status pld_index_extend(pld_index *index, const int64_t *tokens,
+                            size_t count);
+pld_status pld_index_extend_i32(pld_index *index, const int32_t *tokens,
+                                size_t count);
+
+/* Keep the first new_len tokens (new_len >= len is a no-op). Costs
+ * O((len - new_len) * max_n) for FIRST and RECENT; FREQUENT rebuilds its
+ * tables from the kept tokens, O(new_len * max_n). */
+pld_status pld_index_truncate(pld_index *index, size_t new_len);
+
+/* Write the draft (at most k tokens) to out[0..k) and return its length.
+ * out must hold k tokens; k may be 0. opts as for pld_find_candidate_*. */
+size_t pld_index_propose(const pld_index *index, size_t k,
+                         const pld_lookup_opts *opts, int64_t *out);
+
+size_t pld_index_len(const pld_index *index);
+const int64_t *pld_index_tokens(const pld_index *index); /* borrowed; valid until the next extend/truncate */
+size_t pld_index_nbytes(const pld_index *index);         /* heap bytes owned */
+size_t pld_index_min_n(const pld_index *index);
+size_t pld_index_max_n(const pld_index *index);
+pld_policy pld_index_policy(const pld_index *index);
+
+/* ------------------------------------------------------------------------
+ * Acceptance of a draft
+ * ------------------------------------------------------------------------
+ * After verifying [last, d_1..d_k] in one forward pass the model gives k+1
+ * rows: row i predicts the token after d_i (row 0 after `last`). Acceptance
+ * keeps the longest agreeing prefix d_1..d_n and one token of the model's
+ * own, so out[0..n] (n + 1 tokens) are appended to the sequence.
+ */
+
+/* chosen[0..k] are the model's choices at the k+1 rows. Returns n, the
+ * length of the longest prefix with draft[i] == chosen[i]; the tokens to
+ * append are chosen[0..n]. k may be 0 (returns 0). */
+size_t pld_accept_greedy_ids(const int64_t *draft, size_t k,
+                             const int64_t *chosen);
+
+typedef enum {
+    PLD_F32 = 0,
+    PLD_F16 = 1,  /* IEEE binary16 */
+    PLD_BF16 = 2  /* bfloat16 */
+} pld_float_type;
+
+/* logits: rows x vocab, C order, element type ftype, rows >= k + 1 (rows past
+ * k + 1 are ignored), vocab >= 1. Row by row, argmax (the first maximal
+ * index; NaN counts as the maximum, as in torch.argmax) is written to out[i]
+ * and compared with draft[i]; the scan stops at the first disagreement, so
+ * rows after it are never read. *n_accepted = n; out[0..n] is valid.
+ * Returns PLD_ERR_ARG on a bad size or type. */
+pld_status pld_accept_greedy_logits(const void *logits, pld_float_type ftype,
+                                    size_t rows, size_t vocab,
+                                    const int64_t *draft, size_t k,
+                                    int64_t *out, size_t *n_accepted);
+
+/* Exact speculative sampling for a deterministic draft. probs: rows x vocab
+ * (rows >= k + 1), the model's distribution after logits processors, each
+ * row non-negative with a positive sum (rows need not be normalised: the
+ * row sum is used). For i = 0..: draft[i] is accepted iff
+ * uniforms[i] * sum_i < p_i(draft[i]) (a draft id outside [0, vocab) has
+ * p = 0). At the first rejection, at row n, out[n] is drawn from p_n with
+ * draft[n] removed; if all k are accepted, the bonus out[k] is drawn from
+ * p_k. That final draw uses uniforms[k]. uniforms: k + 1 values in [0, 1).
+ * This keeps the model's distribution exactly: P(out = x) = p(x) for the
+ * draft token x, and (1 - p(x)) * p(y) / (1 - p(x)) = p(y) for y != x.
+ * Returns PLD_ERR_VALUE if a row read has a NaN, a negative or infinite
+ * entry, or no mass left to draw from; PLD_ERR_ARG on bad sizes. */
+pld_status pld_accept_sample(const void *probs, pld_float_type ftype,
+                             size_t rows, size_t vocab,
+                             const int64_t *draft, size_t k,
+                             const double *uniforms,
+                             int64_t *out, size_t *n_accepted);
+
+/* A small seedable generator (xoshiro256**, seeded through splitmix64). */
+typedef struct { uint64_t s[4]; } pld_rng;
+void pld_rng_seed(pld_rng *rng, uint64_t seed);
+double pld_rng_uniform(pld_rng *rng); /* in [0, 1), 53 random bits */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PLD_H */

@@ -1,0 +1,491 @@
+/*
+ * pld_index.c -- the incremental n-gram index (see pld.h for the contract).
+ *
+ * Layout: the index owns the token sequence. For each n-gram size n it
+ * keeps an open-addressing hash table (linear probing, load <= 1/2) whose
+ * slots hold a position (the key is the n tokens found there in the
+ * sequence) and a 32-bit hash tag. The tag's low bits are the slot's home,
+ * so growing and deleting never re-read tokens; the tokens are compared only
+ * when a tag matches.
+ *
+ * Per policy, the position a slot holds:
+ *   FIRST     the earliest occurrence of the n-gram;
+ *   RECENT    the latest occurrence, with prev1[n][i] linking each
+ *             occurrence to the one before it (0: none);
+ *   FREQUENT  the earliest occurrence, plus counts (pld_freq) used to pick
+ *             the most frequent follower; sizes run to max_n + 1 so that a
+ *             follower count is the count of an (n+1)-gram.
+ * suffix1[n] caches, after every change, the slot position (+1) of the
+ * n-gram that ends the sequence, so a FIRST or RECENT propose touches no
+ * hash table at all.
+ */
+#include "pld.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "pld_rules.h"
+
+typedef struct {
+    uint32_t pos1; /* start of an occurrence + 1; 0 marks an empty slot */
+    uint32_t tag;  /* high 32 bits of the n-gram's hash; low bits = home */
+} pld_slot;
+
+typedef struct {
+    uint32_t count;      /* occurrences of this n-gram */
+    uint32_t best_pos1;  /* start + 1 of an occurrence followed by the best follower */
+    uint32_t best_count; /* how often the best follower follows; 0: none yet */
+} pld_freq;
+
+typedef struct {
+    pld_slot *slots;  /* capacity slots, capacity a power of two (or 0) */
+    pld_freq *freq;   /* FREQUENT only: capacity entries, parallel to slots */
+    size_t mask;      /* capacity - 1 */
+    size_t used;      /* occupied slots */
+} pld_table;
+
+struct pld_index {
+    int64_t *tokens;      /* the sequence: cap entries, len used */
+    size_t len, cap;
+    size_t min_n, max_n;  /* n-gram sizes that drafts are looked up with */
+    size_t hi;            /* largest table size: max_n (+1 for FREQUENT) */
+    pld_policy policy;
+    pld_table tables[PLD_MAX_NGRAM + 2];  /* tables[n] for n in [min_n, hi] */
+    uint32_t *prev1[PLD_MAX_NGRAM + 1];   /* RECENT: cap entries per n */
+    uint32_t suffix1[PLD_MAX_NGRAM + 2];  /* slot position of the suffix n-gram */
+};
+
+#define PLD_TABLE_MIN_CAPACITY 16u
+
+/* ---------------------------------------------------------------- hashing */
+
+static inline uint32_t hash_tag(const int64_t *key, size_t n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(n + 1);
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= (uint64_t)key[i];
+        h *= 0xff51afd7ed558ccdull;
+        h ^= h >> 32;
+    }
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 29;
+    return (uint32_t)(h >> 32);
+}
+
+/* ----------------------------------------------------------------- tables */
+
+/* The slot holding key (n tokens), or the empty slot where it would go. */
+static inline size_t table_probe(const pld_table *t, const int64_t *tokens,
+                                 const int64_t *key, size_t n, uint32_t tag,
+                                 int *found)
+{
+    size_t i = tag & t->mask;
+    for (;;) {
+        const pld_slot s = t->slots[i];
+        if (s.pos1 == 0) {
+            *found = 0;
+            return i;
+        }
+        if (s.tag == tag &&
+            memcmp(tokens + (s.pos1 - 1), key, n * sizeof(int64_t)) == 0) {
+            *found = 1;
+            return i;
+        }
+        i = (i + 1) & t->mask;
+    }
+}
+
+static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
+{
+    pld_slot *slots = calloc(capacity, sizeof(pld_slot));
+    pld_freq *freq = NULL;
+    size_t old_cap = t->slots ? t->mask + 1 : 0, i;
+    if (slots == NULL)
+        return PLD_ERR_NOMEM;
+    if (with_freq) {
+        freq = calloc(capacity, sizeof(pld_freq));
+        if (freq == NULL) {
+            free(slots);
+            return PLD_ERR_NOMEM;
+        }
+    }
+    for (i = 0; i < old_cap; i++) {
+        size_t j;
+        if (t->slots[i].pos1 == 0)
+            continue;
+        j = t->slots[i].tag & (capacity - 1);
+        while (slots[j].pos1 != 0)
+            j = (j + 1) & (capacity - 1);
+        slots[j] = t->slots[i];
+        if (with_freq)
+            freq[j] = t->freq[i];
+    }
+    free(t->slots);
+    free(t->freq);
+    t->slots = slots;
+    t->freq = freq;
+    t->mask = capacity - 1;
+    return PLD_OK;
+}
+
+/* Room for one more entry at load <= 1/2. */
+static pld_status table_reserve_one(pld_table *t, int with_freq)
+{
+    size_t cap = t->slots ? t->mask + 1 : 0;
+    if ((t->used + 1) * 2 <= cap)
+        return PLD_OK;
+    if (cap > SIZE_MAX / 2 / sizeof(pld_freq))
+        return PLD_ERR_OVERFLOW;
+    return table_resize(t, cap ? cap * 2 : PLD_TABLE_MIN_CAPACITY, with_freq);
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. */
+static void table_delete(pld_table *t, size_t i)
+{
+    size_t j = i;
+    for (;;) {
+        size_t home;
+        j = (j + 1) & t->mask;
+        if (t->slots[j].pos1 == 0)
+            break;
+        home = t->slots[j].tag & t->mask;
+        if (((j - home) & t->mask) >= ((j - i) & t->mask)) {
+            t->slots[i] = t->slots[j];
+            if (t->freq)
+                t->freq[i] = t->freq[j];
+            i = j;
+        }
+    }
+    t->slots[i].pos1 = 0;
+    t->slots[i].tag = 0;
+    if (t->freq)
+        memset(&t->freq[i], 0, sizeof(pld_freq));
+    t->used--;
+}
+
+static void table_clear(pld_table *t)
+{
+    if (t->slots == NULL)
+        return;
+    memset(t->slots, 0, (t->mask + 1) * sizeof(pld_slot));
+    if (t->freq)
+        memset(t->freq, 0, (t->mask + 1) * sizeof(pld_freq));
+    t->used = 0;
+}
+
+/* ------------------------------------------------------------- life cycle */
+
+pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
+{
+    pld_index *ix;
+    if (min_n < 1 || min_n > max_n || max_n > PLD_MAX_NGRAM)
+        return NULL;
+    if (policy != PLD_POLICY_FIRST && policy != PLD_POLICY_RECENT &&
+        policy != PLD_POLICY_FREQUENT)
+        return NULL;
+    ix = calloc(1, sizeof(*ix));
+    if (ix == NULL)
+        return NULL;
+    ix->min_n = min_n;
+    ix->max_n = max_n;
+    ix->hi = policy == PLD_POLICY_FREQUENT ? max_n + 1 : max_n;
+    ix->policy = policy;
+    return ix;
+}
+
+void pld_index_free(pld_index *ix)
+{
+    size_t n;
+    if (ix == NULL)
+        return;
+    for (n = 0; n < PLD_MAX_NGRAM + 2; n++) {
+        free(ix->tables[n].slots);
+        free(ix->tables[n].freq);
+    }
+    for (n = 0; n < PLD_MAX_NGRAM + 1; n++)
+        free(ix->prev1[n]);
+    free(ix->tokens);
+    free(ix);
+}
+
+/* Room for `extra` more tokens. */
+static pld_status reserve_tokens(pld_index *ix, size_t extra)
+{
+    size_t need, cap, n;
+    if (extra > PLD_INDEX_MAX_TOKENS - ix->len)
+        return PLD_ERR_OVERFLOW;
+    need = ix->len + extra;
+    if (need <= ix->cap)
+        return PLD_OK;
+    cap = ix->cap ? ix->cap : 256;
+    while (cap < need)
+        cap = cap > PLD_INDEX_MAX_TOKENS / 2 ? PLD_INDEX_MAX_TOKENS : cap * 2;
+    {
+        int64_t *tokens = realloc(ix->tokens, cap * sizeof(int64_t));
+        if (tokens == NULL)
+            return PLD_ERR_NOMEM;
+        ix->tokens = tokens;
+    }
+    if (ix->policy == PLD_POLICY_RECENT) {
+        for (n = ix->min_n; n <= ix->max_n; n++) {
+            uint32_t *prev = realloc(ix->prev1[n], cap * sizeof(uint32_t));
+            if (prev == NULL)
+                return PLD_ERR_NOMEM; /* cap stays: the grown ones are fine */
+            ix->prev1[n] = prev;
+        }
+    }
+    ix->cap = cap;
+    return PLD_OK;
+}
+
+/* ------------------------------------------------------------------ extend */
+
+/* Append one token; space for it is reserved. All or nothing. */
+static pld_status push_token(pld_index *ix, int64_t token)
+{
+    const size_t len1 = ix->len + 1;
+    const int with_freq = ix->policy == PLD_POLICY_FREQUENT;
+    const size_t top = ix->hi < len1 ? ix->hi : len1;
+    size_t n;
+    for (n = ix->min_n; n <= top; n++) {
+        pld_status st = table_reserve_one(&ix->tables[n], with_freq);
+        if (st != PLD_OK)
+            return st;
+    }
+    ix->tokens[ix->len] = token;
+    for (n = ix->min_n; n <= top; n++) {
+        pld_table *t = &ix->tables[n];
+        const size_t start = len1 - n;
+        const int64_t *key = ix->tokens + start;
+        const uint32_t tag = hash_tag(key, n);
+        int found;
+        size_t s = table_probe(t, ix->tokens, key, n, tag, &found);
+        if (!found) {
+            t->slots[s].pos1 = (uint32_t)(start + 1);
+            t->slots[s].tag = tag;
+            t->used++;
+        }
+        switch (ix->policy) {
+        case PLD_POLICY_FIRST:
+            ix->suffix1[n] = t->slots[s].pos1;
+            break;
+        case PLD_POLICY_RECENT:
+            ix->prev1[n][start] = found ? t->slots[s].pos1 : 0;
+            t->slots[s].pos1 = (uint32_t)(start + 1);
+            ix->suffix1[n] = (uint32_t)(start + 1);
+            break;
+        case PLD_POLICY_FREQUENT: {
+            const uint32_t count = ++t->freq[s].count;
+            ix->suffix1[n] = t->slots[s].pos1;
+            if (n > ix->min_n) {
+                /* This n-gram is the (n-1)-gram at `start` plus a follower. */
+                pld_table *p = &ix->tables[n - 1];
+                int pf;
+                size_t ps = table_probe(p, ix->tokens, key, n - 1,
+                                        hash_tag(key, n - 1), &pf);
+                if (count > p->freq[ps].best_count) {
+                    p->freq[ps].best_count = count;
+                    p->freq[ps].best_pos1 = (uint32_t)(start + 1);
+                }
+            }
+            break;
+        }
+        }
+    }
+    ix->len = len1;
+    return PLD_OK;
+}
+
+#define PLD_DEFINE_EXTEND(NAME, T)                                             \
+    pld_status NAME(pld_index *ix, const T *tokens, size_t count)              \
+    {                                                                          \
+        size_t i;                                                              \
+        pld_status st;                                                         \
+        if (ix == NULL || (tokens == NULL && count > 0))                       \
+            return PLD_ERR_ARG;                                                \
+        st = reserve_tokens(ix, count);                                        \
+        if (st != PLD_OK)                                                      \
+            return st;                                                         \
+        for (i = 0; i < count; i++) {                                          \
+            st = push_token(ix, (int64_t)tokens[i]);                           \
+            if (st != PLD_OK)                                                  \
+                return st;                                                     \
+        }                                                                      \
+        return PLD_OK;                                                         \
+    }
+
+PLD_DEFINE_EXTEND(pld_index_extend, int64_t)
+PLD_DEFINE_EXTEND(pld_index_extend_i32, int32_t)
+
+/* ---------------------------------------------------------------- truncate */
+
+/* After len changed: refresh the cached suffix positions. */
+static void refresh_suffix(pld_index *ix)
+{
+    size_t n;
+    for (n = 0; n < PLD_MAX_NGRAM + 2; n++)
+        ix->suffix1[n] = 0;
+    for (n = ix->min_n; n <= ix->hi && n <= ix->len; n++) {
+        const int64_t *key = ix->tokens + (ix->len - n);
+        const pld_table *t = &ix->tables[n];
+        int found;
+        size_t s = table_probe(t, ix->tokens, key, n, hash_tag(key, n), &found);
+        ix->suffix1[n] = found ? t->slots[s].pos1 : 0;
+    }
+}
+
+pld_status pld_index_truncate(pld_index *ix, size_t new_len)
+{
+    size_t p, n;
+    if (ix == NULL)
+        return PLD_ERR_ARG;
+    if (new_len >= ix->len)
+        return PLD_OK;
+    if (ix->policy == PLD_POLICY_FREQUENT) {
+        /* Follower maxima cannot be un-counted: replay the kept prefix.
+         * The tables are already large enough, so this cannot fail. */
+        const size_t keep = new_len;
+        for (n = ix->min_n; n <= ix->hi; n++)
+            table_clear(&ix->tables[n]);
+        ix->len = 0;
+        for (p = 0; p < keep; p++)
+            (void)push_token(ix, ix->tokens[p]);
+        refresh_suffix(ix);
+        return PLD_OK;
+    }
+    /* Undo the insertions of every removed token, newest first. */
+    for (p = ix->len; p-- > new_len;) {
+        for (n = ix->min_n; n <= ix->hi && n <= p + 1; n++) {
+            pld_table *t = &ix->tables[n];
+            const size_t start = p + 1 - n;
+            const int64_t *key = ix->tokens + start;
+            int found;
+            size_t s = table_probe(t, ix->tokens, key, n, hash_tag(key, n),
+                                   &found);
+            if (!found || t->slots[s].pos1 != start + 1)
+                continue; /* FIRST: an earlier occurrence stays */
+            if (ix->policy == PLD_POLICY_RECENT && ix->prev1[n][start] != 0)
+                t->slots[s].pos1 = ix->prev1[n][start];
+            else
+                table_delete(t, s);
+        }
+    }
+    ix->len = new_len;
+    refresh_suffix(ix);
+    return PLD_OK;
+}
+
+/* ----------------------------------------------------------------- propose */
+
+static size_t cut_at_eos(const int64_t *draft, size_t count,
+                         const pld_lookup_opts *opts)
+{
+    size_t c;
+    for (c = 0; c < count; c++)
+        if (pld_is_eos(draft[c], opts))
+            break;
+    return c;
+}
+
+/* FIRST and RECENT: a slice of the sequence, by the shared rules. */
+static size_t propose_slice(const pld_index *ix, size_t k,
+                            const pld_lookup_opts *opts, int64_t *out)
+{
+    const size_t len = ix->len;
+    const size_t top = pld_rule_top(len, ix->min_n, ix->max_n, opts);
+    const size_t limit = pld_rule_limit(len, opts);
+    size_t n;
+    if (top == 0)
+        return 0;
+    for (n = top; n >= ix->min_n; n--) {
+        uint32_t cur = ix->suffix1[n];
+        while (cur != 0) {
+            const size_t i = cur - 1;
+            if (pld_rule_valid(i, n, len, k, limit, opts)) {
+                size_t start, count;
+                pld_rule_slice(i, n, k, limit, opts, &start, &count);
+                memcpy(out, ix->tokens + start, count * sizeof(int64_t));
+                return cut_at_eos(out, count, opts);
+            }
+            /* FIRST holds the earliest occurrence: none earlier exists. */
+            cur = ix->policy == PLD_POLICY_RECENT ? ix->prev1[n][i] : 0;
+        }
+    }
+    return 0;
+}
+
+/* FREQUENT: follow the most frequent follower, token by token. */
+static size_t propose_frequent(const pld_index *ix, size_t k,
+                               const pld_lookup_opts *opts, int64_t *out)
+{
+    int64_t window[PLD_MAX_NGRAM];
+    size_t wlen = ix->len < ix->max_n ? ix->len : ix->max_n;
+    size_t limit_k = k, step;
+    if (opts->semantics == PLD_TRANSFORMERS && opts->max_length >= 0) {
+        const uint64_t room = (uint64_t)opts->max_length;
+        limit_k = room <= (uint64_t)ix->len + 1 ? 0 : (size_t)(room - ix->len - 1);
+        if (limit_k > k)
+            limit_k = k;
+    }
+    memcpy(window, ix->tokens + (ix->len - wlen), wlen * sizeof(int64_t));
+    for (step = 0; step < limit_k; step++) {
+        int64_t next = 0;
+        int have = 0;
+        size_t n;
+        for (n = wlen; n >= ix->min_n && n >= 1; n--) {
+            const pld_table *t = &ix->tables[n];
+            const int64_t *key = window + (wlen - n);
+            int found;
+            size_t s = table_probe(t, ix->tokens, key, n, hash_tag(key, n),
+                                   &found);
+            if (found && t->freq[s].best_count > 0) {
+                next = ix->tokens[t->freq[s].best_pos1 - 1 + n];
+                have = 1;
+                break;
+            }
+        }
+        if (!have || pld_is_eos(next, opts))
+            break;
+        out[step] = next;
+        if (wlen == ix->max_n) {
+            memmove(window, window + 1, (wlen - 1) * sizeof(int64_t));
+            window[wlen - 1] = next;
+        } else {
+            window[wlen++] = next;
+        }
+    }
+    return step;
+}
+
+size_t pld_index_propose(const pld_index *ix, size_t k,
+                         const pld_lookup_opts *opts, int64_t *out)
+{
+    if (ix == NULL || opts == NULL || k == 0 || out == NULL)
+        return 0;
+    if (ix->policy == PLD_POLICY_FREQUENT)
+        return propose_frequent(ix, k, opts, out);
+    return propose_slice(ix, k, opts, out);
+}
+
+/* --------------------------------------------------------------- accessors */
+
+size_t pld_index_len(const pld_index *ix) { return ix->len; }
+const int64_t *pld_index_tokens(const pld_index *ix) { return ix->tokens; }
+size_t pld_index_min_n(const pld_index *ix) { return ix->min_n; }
+size_t pld_index_max_n(const pld_index *ix) { return ix->max_n; }
+pld_policy pld_index_policy(const pld_index *ix) { return ix->policy; }
+
+size_t pld_index_nbytes(const pld_index *ix)
+{
+    size_t total = sizeof(*ix) + ix->cap * sizeof(int64_t), n;
+    for (n = ix->min_n; n <= ix->hi; n++) {
+        const pld_table *t = &ix->tables[n];
+        if (t->slots)
+            total += (t->mask + 1) *
+                     (sizeof(pld_slot) + (t->freq ? sizeof(pld_freq) : 0));
+    }
+    if (ix->policy == PLD_POLICY_RECENT)
+        total += (ix->max_n - ix->min_n + 1) * ix->cap * sizeof(uint32_t);
+    return total;
+}

@@ -1,0 +1,71 @@
+"""find_candidate_pred_tokens: the method's lookup, answered by the C core.
+
+The core returns where the draft lies in the input's only row, so the answer
+is a slice of the input: a view for tensors and NumPy arrays (on the input's
+device), a list for everything else.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional, Union
+
+from . import _core
+
+Semantics = str  # "seed" or "transformers"
+
+
+def _is_torch_tensor(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "device")
+
+
+def _is_numpy_array(obj: Any) -> bool:
+    return type(obj).__module__ == "numpy" and hasattr(obj, "ndim")
+
+
+def find_candidate_pred_tokens(
+    input_ids: Any,
+    max_ngram_size: int = 3,
+    num_pred_tokens: int = 10,
+    *,
+    min_ngram_size: int = 1,
+    semantics: Semantics = "seed",
+    max_length: Optional[int] = None,
+    eos_token_id: Union[None, int, Iterable[int]] = None,
+) -> Any:
+    """Propose up to ``num_pred_tokens`` tokens by matching the sequence's end.
+
+    ``semantics="seed"`` answers exactly as the method's original function:
+    the longest suffix n-gram (``max_ngram_size`` down to ``min_ngram_size``)
+    whose earliest occurrence has a full ``num_pred_tokens`` continuation.
+    ``semantics="transformers"`` answers as transformers'
+    ``PromptLookupCandidateGenerator`` (without logits processors): the
+    continuation may be clipped at the sequence end and at ``max_length``,
+    and is cut before the first ``eos_token_id``.
+
+    ``input_ids``: a torch tensor ``[L]`` or ``[1, L]`` (int32/int64, any
+    device: only the ids cross to the host), a NumPy integer array, a
+    sequence of ints, or any buffer of integers. Returns the same kind: a 1-D
+    int64 tensor on the input's device, a NumPy array, or a list; empty when
+    nothing matches.
+    """
+    if _is_torch_tensor(input_ids):
+        host = input_ids if input_ids.device.type == "cpu" else input_ids.cpu()
+        start, count = _core._find_candidate(
+            host, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
+            max_length, eos_token_id)
+        row = input_ids[0] if input_ids.dim() == 2 else input_ids
+        return row[start:start + count].long()  # no copy when already int64
+    start, count = _core._find_candidate(
+        input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
+        max_length, eos_token_id)
+    if _is_numpy_array(input_ids):
+        row = input_ids[0] if input_ids.ndim == 2 else input_ids
+        return row[start:start + count]
+    if isinstance(input_ids, (list, tuple)):
+        row = input_ids[0] if input_ids and isinstance(input_ids[0], (list, tuple)) else input_ids
+        return [int(t) for t in row[start:start + count]]
+    row = memoryview(input_ids)
+    if row.ndim == 2:
+        row = row.cast("B").cast(row.format, row.shape)  # contiguous 2-D view
+        return row.tolist()[0][start:start + count]
+    return row.tolist()[start:start + count]
+
