@@ -49,6 +49,9 @@ typedef enum {
  *   first token that is in eos[]; a draft cut to nothing is empty (no
  *   further n is tried).
  */
+/* The largest n-gram size any function accepts. */
+#define PLD_MAX_NGRAM 64
+
 typedef enum { PLD_SEED = 0, PLD_TRANSFORMERS = 1 } pld_semantics;
 
 typedef struct {
@@ -60,7 +63,7 @@ typedef struct {
 
 /* Scan tokens[0..len) once (O(len * max_n) worst case, O(len) typically) and
  * place the draft as a slice of the input: *start and *count (count 0: no
- * draft). Requires 1 <= min_n <= max_n, k >= 1, opts != NULL. Returns
+ * draft). Requires 1 <= min_n <= max_n <= PLD_MAX_NGRAM, k >= 1, opts != NULL. Returns
  * PLD_ERR_ARG otherwise. Reads tokens only; allocates nothing. */
 pld_status pld_find_candidate_i64(const int64_t *tokens, size_t len,
                                   size_t min_n, size_t max_n, size_t k,
@@ -109,7 +112,6 @@ typedef struct pld_index pld_index;
 /* A new empty index; NULL if 1 <= min_n <= max_n <= PLD_MAX_NGRAM does not
  * hold, the policy is unknown, or memory runs out. Free with
  * pld_index_free. */
-#define PLD_MAX_NGRAM 64
 pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy);
 void pld_index_free(pld_index *index); /* NULL is fine */
 

@@ -428,7 +428,8 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
         if (limit_k > k)
             limit_k = k;
     }
-    memcpy(window, ix->tokens + (ix->len - wlen), wlen * sizeof(int64_t));
+    if (wlen > 0)
+        memcpy(window, ix->tokens + (ix->len - wlen), wlen * sizeof(int64_t));
     for (step = 0; step < limit_k; step++) {
         int64_t next = 0;
         int have = 0;
@@ -437,8 +438,10 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
             const pld_table *t = &ix->tables[n];
             const int64_t *key = window + (wlen - n);
             int found;
-            size_t s = table_probe(t, ix->tokens, key, n, hash_tag(key, n),
-                                   &found);
+            size_t s;
+            if (t->slots == NULL)
+                continue; /* no n-gram of this size seen yet */
+            s = table_probe(t, ix->tokens, key, n, hash_tag(key, n), &found);
             if (found && t->freq[s].best_count > 0) {
                 next = ix->tokens[t->freq[s].best_pos1 - 1 + n];
                 have = 1;

@@ -19,7 +19,7 @@
         size_t first[PLD_MAX_NGRAM + 1];                                       \
         size_t top, found, j;                                                  \
         if (opts == NULL || start == NULL || count == NULL || min_n < 1 ||     \
-            min_n > max_n || k < 1)                                            \
+            min_n > max_n || max_n > PLD_MAX_NGRAM || k < 1)                                          \
             return PLD_ERR_ARG;                                                \
         *start = 0;                                                            \
         *count = 0;                                                            \

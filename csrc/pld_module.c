@@ -327,7 +327,7 @@ static int tokens_from_sequence(PyObject *obj, token_input *ti, const char *arg)
     PyObject *fast = NULL, *row = NULL;
     Py_ssize_t n, i;
     int rc = -1;
-    fast = PySequence_Fast(obj, "");
+    fast = PySequence_Check(obj) ? PySequence_Fast(obj, "") : NULL;
     if (fast == NULL) {
         PyErr_Clear();
         PyErr_Format(PyExc_TypeError,
@@ -395,11 +395,15 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar,
         return 0;
     }
     got = array_view_get(obj, arg, &ti->av);
-    if (got < 0)
-        return -1;
     if (got > 0)
-        return tokens_from_array(ti, arg);
-    return tokens_from_sequence(obj, ti, arg);
+        got = tokens_from_array(ti, arg);
+    else if (got == 0)
+        got = tokens_from_sequence(obj, ti, arg);
+    if (got < 0) {
+        token_input_release(ti);
+        return -1;
+    }
+    return 0;
 }
 
 /* ============================================================ float inputs */
@@ -431,8 +435,10 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
         return -1;
     }
     got = array_view_get(obj, arg, av);
-    if (got < 0)
+    if (got < 0) {
+        array_view_release(av);
         return -1;
+    }
     if (got == 0) {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected a tensor or array of shape [k+1, V], got %.100s",

@@ -63,9 +63,12 @@ def find_candidate_pred_tokens(
     if isinstance(input_ids, (list, tuple)):
         row = input_ids[0] if input_ids and isinstance(input_ids[0], (list, tuple)) else input_ids
         return [int(t) for t in row[start:start + count]]
-    row = memoryview(input_ids)
-    if row.ndim == 2:
-        row = row.cast("B").cast(row.format, row.shape)  # contiguous 2-D view
-        return row.tolist()[0][start:start + count]
-    return row.tolist()[start:start + count]
+    try:
+        view = memoryview(input_ids)
+    except TypeError:  # another sequence of ints, e.g. a range
+        return [int(t) for t in input_ids[start:start + count]]
+    with view:
+        rows = view.tolist()
+        two_d = view.ndim == 2
+    return (rows[0] if two_d else rows)[start:start + count]
 
