@@ -1,0 +1,1098 @@
+/*
+ * test_core.c -- plain C tests of the pld core (no framework).
+ *
+ * Every CHECK counts one passed or failed assertion; the program ends with
+ * "test_core: N passed, M failed" and exits nonzero if M > 0. The naive
+ * references below follow the text of pld.h literally (quadratic and
+ * worse); the core must agree with them on every stream we throw at it.
+ */
+#include "pld.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static long g_passed, g_failed;
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (cond) {                                                          \
+            g_passed++;                                                      \
+        } else {                                                             \
+            g_failed++;                                                      \
+            if (g_failed <= 50)                                              \
+                fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__,      \
+                        #cond);                                              \
+        }                                                                    \
+    } while (0)
+
+/* Like CHECK, with a printf-style context line on failure. */
+#define CHECKF(cond, ...)                                                    \
+    do {                                                                     \
+        if (cond) {                                                          \
+            g_passed++;                                                      \
+        } else {                                                             \
+            g_failed++;                                                      \
+            if (g_failed <= 50) {                                            \
+                fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__,      \
+                        #cond);                                              \
+                fprintf(stderr, __VA_ARGS__);                                \
+                fputc('\n', stderr);                                         \
+            }                                                                \
+        }                                                                    \
+    } while (0)
+
+/* ------------------------------------------------------------ test rng */
+/* The test's own generator (independent of pld_rng). */
+static uint64_t t_state = 0x9E3779B97F4A7C15ull;
+static uint64_t t_next(void)
+{
+    uint64_t x = t_state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t_state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+static size_t t_below(size_t n) { return (size_t)(t_next() % n); }
+
+static void print_seq(const char *name, const int64_t *t, size_t len)
+{
+    size_t i;
+    fprintf(stderr, "  %s[%zu] = {", name, len);
+    for (i = 0; i < len; i++)
+        fprintf(stderr, "%s%lld", i ? "," : "", (long long)t[i]);
+    fprintf(stderr, "}\n");
+}
+
+static void print_opts(const pld_lookup_opts *o)
+{
+    size_t e;
+    fprintf(stderr, "  opts: semantics=%d max_length=%lld eos={",
+            (int)o->semantics, (long long)o->max_length);
+    for (e = 0; e < o->n_eos; e++)
+        fprintf(stderr, "%s%lld", e ? "," : "", (long long)o->eos[e]);
+    fprintf(stderr, "}\n");
+}
+
+/* ------------------------------------------------------ naive references */
+
+static int ref_is_eos(int64_t tok, const pld_lookup_opts *o)
+{
+    size_t e;
+    if (o->semantics != PLD_TRANSFORMERS)
+        return 0;
+    for (e = 0; e < o->n_eos; e++)
+        if (o->eos[e] == tok)
+            return 1;
+    return 0;
+}
+
+/* t[i..i+n) == t[len-n..len) */
+static int ref_suffix_at(const int64_t *t, size_t len, size_t i, size_t n)
+{
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (t[i + j] != t[len - n + j])
+            return 0;
+    return 1;
+}
+
+/* Lookup by the letter of pld.h. latest == 0: earliest occurrence (FIRST,
+ * pld_find_candidate_*); latest == 1: the latest VALID occurrence
+ * (PLD_POLICY_RECENT). Returns the draft length; *start is the slice start. */
+static size_t ref_find(const int64_t *t, size_t len, size_t min_n,
+                       size_t max_n, size_t k, const pld_lookup_opts *o,
+                       int latest, size_t *start)
+{
+    size_t n;
+    *start = 0;
+    if (o->semantics == PLD_SEED) {
+        for (n = max_n; n >= min_n; n--) {
+            size_t i, best = (size_t)-1;
+            if (n > len)
+                continue;
+            for (i = 0; i + n <= len; i++) {
+                int valid;
+                if (!ref_suffix_at(t, len, i, n))
+                    continue;
+                valid = i + n + k <= len && i + n < len - n;
+                if (!latest) {
+                    if (valid)
+                        best = i;
+                    break; /* only the earliest occurrence counts */
+                }
+                if (valid)
+                    best = i;
+            }
+            if (best != (size_t)-1) {
+                *start = best + n;
+                return k;
+            }
+        }
+        return 0;
+    } else {
+        size_t top;
+        if (o->max_length >= 0 && (uint64_t)o->max_length == (uint64_t)len + 1)
+            return 0;
+        if (len == 0)
+            return 0;
+        top = max_n < len - 1 ? max_n : len - 1;
+        for (n = top; n >= min_n && n >= 1; n--) {
+            size_t i, best = (size_t)-1, bend = 0;
+            for (i = 0; i + n <= len; i++) {
+                size_t s = i + n, e = s + k;
+                if (!ref_suffix_at(t, len, i, n))
+                    continue;
+                if (e > len)
+                    e = len;
+                if (o->max_length >= 0 && (uint64_t)e > (uint64_t)o->max_length)
+                    e = (size_t)o->max_length;
+                if (!latest) {
+                    if (s < e) {
+                        best = i;
+                        bend = e;
+                    }
+                    break;
+                }
+                if (s < e) {
+                    best = i;
+                    bend = e;
+                }
+            }
+            if (best != (size_t)-1) {
+                size_t s = best + n, c = 0;
+                while (s + c < bend && !ref_is_eos(t[s + c], o))
+                    c++;
+                *start = s;
+                return c; /* cut to nothing: empty, no further n */
+            }
+        }
+        return 0;
+    }
+}
+
+/* FREQUENT by the letter of pld.h, brute force. Writes the draft to out. */
+static size_t ref_frequent(const int64_t *t, size_t len, size_t min_n,
+                           size_t max_n, size_t k, const pld_lookup_opts *o,
+                           int64_t *out)
+{
+    int64_t *buf = malloc((len + k + 1) * sizeof *buf);
+    int64_t *ftok = malloc((len + 1) * sizeof *ftok);
+    size_t *fcnt = malloc((len + 1) * sizeof *fcnt);
+    size_t kmax = k, d;
+    if (!buf || !ftok || !fcnt)
+        abort();
+    if (len)
+        memcpy(buf, t, len * sizeof *buf);
+    if (o->semantics == PLD_TRANSFORMERS && o->max_length >= 0) {
+        int64_t room = o->max_length - (int64_t)len - 1;
+        if (room < 0)
+            room = 0;
+        if ((uint64_t)room < (uint64_t)kmax)
+            kmax = (size_t)room;
+    }
+    for (d = 0; d < kmax; d++) {
+        size_t cur = len + d, n, top = max_n < cur ? max_n : cur;
+        int found = 0;
+        int64_t tok = 0;
+        for (n = top; n >= min_n && n >= 1 && !found; n--) {
+            size_t i, nf = 0, bestc = 0;
+            for (i = 0; i + n < len; i++) {
+                size_t j, f;
+                for (j = 0; j < n; j++)
+                    if (t[i + j] != buf[cur - n + j])
+                        break;
+                if (j < n)
+                    continue;
+                for (f = 0; f < nf; f++)
+                    if (ftok[f] == t[i + n])
+                        break;
+                if (f == nf) {
+                    ftok[nf] = t[i + n];
+                    fcnt[nf++] = 0;
+                }
+                fcnt[f]++;
+                if (fcnt[f] > bestc) { /* strictly more: first to reach wins */
+                    bestc = fcnt[f];
+                    tok = ftok[f];
+                }
+            }
+            if (bestc > 0)
+                found = 1;
+        }
+        if (!found)
+            break;
+        if (ref_is_eos(tok, o))
+            break;
+        buf[cur] = tok;
+        out[d] = tok;
+    }
+    free(buf);
+    free(ftok);
+    free(fcnt);
+    return d;
+}
+
+/* ---------------------------------------------------------- lookup tests */
+
+static pld_lookup_opts seed_opts(void)
+{
+    pld_lookup_opts o;
+    memset(&o, 0, sizeof o);
+    o.semantics = PLD_SEED;
+    o.max_length = -1;
+    return o;
+}
+
+static pld_lookup_opts tf_opts(int64_t max_length, const int64_t *eos,
+                               size_t n_eos)
+{
+    pld_lookup_opts o;
+    memset(&o, 0, sizeof o);
+    o.semantics = PLD_TRANSFORMERS;
+    o.max_length = max_length;
+    o.eos = eos;
+    o.n_eos = n_eos;
+    return o;
+}
+
+/* Run both widths on t and return count (start via *start); checks that
+ * i32 agrees with i64. Tokens must fit in int32. */
+static size_t find_both(const int64_t *t, size_t len, size_t min_n,
+                        size_t max_n, size_t k, const pld_lookup_opts *o,
+                        size_t *start)
+{
+    int32_t t32[512];
+    size_t s64 = 99, c64 = 99, s32 = 99, c32 = 99, i;
+    pld_status r64, r32;
+    if (len > 512)
+        abort();
+    for (i = 0; i < len; i++)
+        t32[i] = (int32_t)t[i];
+    r64 = pld_find_candidate_i64(t, len, min_n, max_n, k, o, &s64, &c64);
+    r32 = pld_find_candidate_i32(t32, len, min_n, max_n, k, o, &s32, &c32);
+    CHECK(r64 == PLD_OK);
+    CHECK(r32 == PLD_OK);
+    CHECK(c64 == c32);
+    CHECK(c64 == 0 || s64 == s32);
+    *start = s64;
+    return c64;
+}
+
+static void test_lookup_hand(void)
+{
+    size_t s, c;
+    pld_lookup_opts so = seed_opts();
+    pld_lookup_opts to = tf_opts(-1, NULL, 0);
+
+    {   /* a b c d a b -> suffix "a b" at 0, draft "c d" */
+        const int64_t t[] = {1, 2, 3, 4, 1, 2};
+        c = find_both(t, 6, 1, 2, 2, &so, &s);
+        CHECK(c == 2 && s == 2);
+        /* k = 3 does not fit under SEED with n = 2: i+n+k = 5 <= 6 fits */
+        c = find_both(t, 6, 1, 2, 3, &so, &s);
+        CHECK(c == 3 && s == 2);
+        /* k = 5: 0+2+5 > 6 for n=2; n=1 suffix "2" at 1: 1+1+5 > 6 */
+        c = find_both(t, 6, 1, 2, 5, &so, &s);
+        CHECK(c == 0);
+        /* TRANSFORMERS clips the continuation instead */
+        c = find_both(t, 6, 1, 2, 5, &to, &s);
+        CHECK(c == 4 && s == 2);
+        /* min_n = 3: suffix "4 1 2" occurs only at its own place */
+        c = find_both(t, 6, 3, 3, 2, &so, &s);
+        CHECK(c == 0);
+        c = find_both(t, 6, 3, 3, 2, &to, &s);
+        CHECK(c == 0);
+    }
+    {   /* the trailing self-match: a a a, SEED n=1: earliest i=0, 0+1 < 2 */
+        const int64_t t[] = {7, 7, 7};
+        c = find_both(t, 3, 1, 1, 1, &so, &s);
+        CHECK(c == 1 && s == 1);
+        /* n = 2 earliest i = 0: i + n = 2 < len - n = 1 fails; n=1 ok */
+        c = find_both(t, 3, 1, 2, 1, &so, &s);
+        CHECK(c == 1 && s == 1);
+        /* k = 2: n = 1, i = 0: 0+1+2 <= 3 ok */
+        c = find_both(t, 3, 1, 2, 2, &so, &s);
+        CHECK(c == 2 && s == 1);
+        /* TRANSFORMERS, n from min(2, L-1=2): i = 0, start 2 < end 3 */
+        c = find_both(t, 3, 1, 2, 4, &to, &s);
+        CHECK(c == 1 && s == 2);
+    }
+    {   /* length 0 and 1 */
+        const int64_t t[] = {5};
+        c = find_both(t, 0, 1, 3, 2, &so, &s);
+        CHECK(c == 0);
+        c = find_both(t, 0, 1, 3, 2, &to, &s);
+        CHECK(c == 0);
+        c = find_both(t, 1, 1, 3, 2, &so, &s);
+        CHECK(c == 0);
+        c = find_both(t, 1, 1, 3, 2, &to, &s);
+        CHECK(c == 0);
+    }
+    {   /* earliest occurrence, not the latest: x 1 A x 2 B x -> "1 A" */
+        const int64_t t[] = {9, 1, 10, 9, 2, 11, 9};
+        c = find_both(t, 7, 1, 3, 2, &so, &s);
+        CHECK(c == 2 && s == 1);
+        c = find_both(t, 7, 1, 3, 2, &to, &s);
+        CHECK(c == 2 && s == 1);
+    }
+    {   /* max_length and eos under TRANSFORMERS */
+        const int64_t t[] = {1, 2, 3, 4, 5, 1, 2};
+        const int64_t eos4[] = {4};
+        const int64_t eos3[] = {8, 3};
+        pld_lookup_opts o;
+        o = tf_opts(8, NULL, 0); /* max_length == L + 1 -> empty */
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 0);
+        o = tf_opts(9, NULL, 0);
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 3 && s == 2);
+        o = tf_opts(4, NULL, 0); /* end = min(5, 7, 4) = 4: draft "3 4" */
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 2 && s == 2);
+        o = tf_opts(2, NULL, 0); /* start 2 >= end 2: n=1 "2" at 1 too */
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 0);
+        o = tf_opts(-1, eos4, 1); /* 3 4 5 cut before 4 */
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 1 && s == 2);
+        o = tf_opts(-1, eos3, 2); /* cut to nothing: empty, no smaller n */
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 0);
+        /* eos ignored under SEED */
+        o = seed_opts();
+        o.eos = eos3;
+        o.n_eos = 2;
+        c = find_both(t, 7, 1, 2, 3, &o, &s);
+        CHECK(c == 3 && s == 2);
+    }
+    {   /* larger n preferred over an earlier smaller-n match */
+        const int64_t t[] = {2, 50, 1, 2, 60, 61, 1, 2};
+        c = find_both(t, 8, 1, 2, 2, &so, &s);
+        CHECK(c == 2 && s == 4);
+        c = find_both(t, 8, 1, 1, 2, &so, &s);
+        CHECK(c == 2 && s == 1);
+    }
+    {   /* int32 extremes and int64 values that alias when truncated */
+        const int32_t a32[] = {INT32_MIN, INT32_MAX, -1, INT32_MIN};
+        const int64_t a64[] = {(int64_t)1 << 32, 5, 6, 0};
+        pld_status r;
+        r = pld_find_candidate_i32(a32, 4, 1, 1, 2, &so, &s, &c);
+        CHECK(r == PLD_OK && c == 2 && s == 1);
+        /* 1<<32 and 0 differ as int64: no draft */
+        r = pld_find_candidate_i64(a64, 4, 1, 1, 1, &so, &s, &c);
+        CHECK(r == PLD_OK && c == 0);
+    }
+}
+
+static void test_lookup_errors(void)
+{
+    const int64_t t[] = {1, 2, 1};
+    const int32_t t32[] = {1, 2, 1};
+    pld_lookup_opts o = seed_opts();
+    size_t s, c;
+    CHECK(pld_find_candidate_i64(t, 3, 0, 2, 1, &o, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i64(t, 3, 3, 2, 1, &o, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i64(t, 3, 1, 2, 0, &o, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i64(t, 3, 1, 2, 1, NULL, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i32(t32, 3, 0, 2, 1, &o, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i32(t32, 3, 3, 2, 1, &o, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i32(t32, 3, 1, 2, 0, &o, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i32(t32, 3, 1, 2, 1, NULL, &s, &c) == PLD_ERR_ARG);
+    CHECK(pld_find_candidate_i64(t, 3, 1, 2, 1, &o, &s, &c) == PLD_OK);
+}
+
+static void random_opts(pld_lookup_opts *o, int64_t *eos, size_t len,
+                        size_t vocab)
+{
+    size_t e;
+    if (t_below(2)) {
+        *o = seed_opts();
+        return;
+    }
+    *o = tf_opts(-1, eos, 0);
+    switch (t_below(4)) {
+    case 0: o->max_length = -1; break;
+    case 1: o->max_length = (int64_t)len + 1; break;
+    default: o->max_length = (int64_t)t_below(len + 8); break;
+    }
+    o->n_eos = t_below(3);
+    for (e = 0; e < o->n_eos; e++)
+        eos[e] = (int64_t)t_below(vocab + 1);
+}
+
+static void test_lookup_random(void)
+{
+    int64_t t[200], eos[4];
+    int32_t t32[200];
+    int iter;
+    for (iter = 0; iter < 20000; iter++) {
+        size_t vocab = 1 + t_below(iter % 3 == 0 ? 2 : 6);
+        size_t len = t_below(iter % 10 == 0 ? 200 : 40);
+        size_t min_n = 1 + t_below(4), max_n = min_n + t_below(5);
+        size_t k = 1 + t_below(8), i, rs, rc, s64, c64, s32, c32;
+        pld_lookup_opts o;
+        pld_status r64, r32;
+        for (i = 0; i < len; i++) {
+            t[i] = (int64_t)t_below(vocab);
+            t32[i] = (int32_t)t[i];
+        }
+        random_opts(&o, eos, len, vocab);
+        rc = ref_find(t, len, min_n, max_n, k, &o, 0, &rs);
+        r64 = pld_find_candidate_i64(t, len, min_n, max_n, k, &o, &s64, &c64);
+        r32 = pld_find_candidate_i32(t32, len, min_n, max_n, k, &o, &s32, &c32);
+        CHECK(r64 == PLD_OK && r32 == PLD_OK);
+        CHECKF(c64 == rc && (rc == 0 || s64 == rs),
+               "i64 got (%zu,%zu) want (%zu,%zu) n=[%zu,%zu] k=%zu", s64, c64,
+               rs, rc, min_n, max_n, k);
+        CHECKF(c32 == rc && (rc == 0 || s32 == rs),
+               "i32 got (%zu,%zu) want (%zu,%zu) n=[%zu,%zu] k=%zu", s32, c32,
+               rs, rc, min_n, max_n, k);
+        if ((c64 != rc || (rc && s64 != rs)) && g_failed <= 50) {
+            print_seq("t", t, len);
+            print_opts(&o);
+        }
+    }
+}
+
+/* ----------------------------------------------------------- index tests */
+
+static void test_index_new_errors(void)
+{
+    pld_index *ix;
+    CHECK(pld_index_new(0, 1, PLD_POLICY_FIRST) == NULL);
+    CHECK(pld_index_new(3, 2, PLD_POLICY_FIRST) == NULL);
+    CHECK(pld_index_new(1, PLD_MAX_NGRAM + 1, PLD_POLICY_FIRST) == NULL);
+    CHECK(pld_index_new(1, 2, (pld_policy)3) == NULL);
+    CHECK(pld_index_new(1, 2, (pld_policy)-1) == NULL);
+    pld_index_free(NULL);
+    ix = pld_index_new(1, PLD_MAX_NGRAM, PLD_POLICY_FREQUENT);
+    CHECK(ix != NULL);
+    if (ix) {
+        CHECK(pld_index_min_n(ix) == 1);
+        CHECK(pld_index_max_n(ix) == PLD_MAX_NGRAM);
+        CHECK(pld_index_policy(ix) == PLD_POLICY_FREQUENT);
+        CHECK(pld_index_len(ix) == 0);
+    }
+    pld_index_free(ix);
+    ix = pld_index_new(PLD_MAX_NGRAM, PLD_MAX_NGRAM, PLD_POLICY_RECENT);
+    CHECK(ix != NULL);
+    pld_index_free(ix);
+}
+
+/* Compare one index against the references on the sequence it holds. */
+static int check_index(pld_index *ix, const int64_t *shadow, size_t len,
+                       size_t min_n, size_t max_n, size_t k,
+                       const pld_lookup_opts *o)
+{
+    int64_t out[72], ref[72];
+    size_t n, rn = 0, rs = 0, j;
+    pld_policy pol = pld_index_policy(ix);
+    int ok = 1;
+    for (j = 0; j < k + 8 && j < 72; j++)
+        out[j] = -777;
+    n = pld_index_propose(ix, k, o, out);
+    ok &= n <= k;
+    for (j = n; j < k + 8 && j < 72; j++)
+        if (j >= k)
+            ok &= out[j] == -777; /* nothing written past out[k-1] */
+    if (k == 0) {
+        ok &= n == 0; /* find_candidate would say PLD_ERR_ARG */
+    } else if (pol == PLD_POLICY_FIRST) {
+        size_t s, c;
+        pld_status r = pld_find_candidate_i64(shadow, len, min_n, max_n, k, o,
+                                              &s, &c);
+        ok &= r == PLD_OK && n == c;
+        if (ok && c)
+            ok &= memcmp(out, shadow + s, c * sizeof *out) == 0;
+        rn = ref_find(shadow, len, min_n, max_n, k, o, 0, &rs);
+        if (ok)
+            ok &= n == rn && (rn == 0 || memcmp(out, shadow + rs,
+                                                rn * sizeof *out) == 0);
+    } else if (pol == PLD_POLICY_RECENT) {
+        rn = ref_find(shadow, len, min_n, max_n, k, o, 1, &rs);
+        ok &= n == rn;
+        if (ok && rn)
+            ok &= memcmp(out, shadow + rs, rn * sizeof *out) == 0;
+    } else {
+        rn = ref_frequent(shadow, len, min_n, max_n, k, o, ref);
+        ok &= n == rn;
+        if (ok && rn)
+            ok &= memcmp(out, ref, rn * sizeof *out) == 0;
+    }
+    CHECKF(ok, "policy %d n=[%zu,%zu] k=%zu: got %zu tokens, ref %zu",
+           (int)pol, min_n, max_n, k, n, rn);
+    if (!ok && g_failed <= 50) {
+        print_seq("seq", shadow, len);
+        print_seq("got", out, n);
+        if (pol == PLD_POLICY_FREQUENT)
+            print_seq("want", ref, rn);
+        else
+            print_seq("want", shadow + rs, rn);
+        print_opts(o);
+    }
+    return ok;
+}
+
+static void test_index_hand(void)
+{
+    pld_lookup_opts so = seed_opts();
+    int64_t out[8];
+    size_t n;
+    {   /* RECENT picks the latest valid occurrence */
+        const int64_t t[] = {9, 1, 10, 9, 2, 11, 9};
+        pld_index *ix = pld_index_new(1, 3, PLD_POLICY_RECENT);
+        CHECK(ix != NULL);
+        CHECK(pld_index_extend(ix, t, 7) == PLD_OK);
+        n = pld_index_propose(ix, 2, &so, out);
+        CHECK(n == 2 && out[0] == 2 && out[1] == 11);
+        /* k = 3: the 9 at 3 still has room (3 + 1 + 3 <= 7) */
+        n = pld_index_propose(ix, 3, &so, out);
+        CHECK(n == 3 && out[0] == 2 && out[1] == 11 && out[2] == 9);
+        /* k = 4: only the 9 at 0 has room for 4 tokens */
+        n = pld_index_propose(ix, 4, &so, out);
+        CHECK(n == 4 && out[0] == 1 && out[1] == 10 && out[2] == 9 &&
+              out[3] == 2);
+        CHECK(pld_index_propose(ix, 0, &so, out) == 0);
+        pld_index_free(ix);
+    }
+    {   /* FREQUENT: after 5 -> 6 twice, 7 once: 6; then 6 -> 5 */
+        const int64_t t[] = {5, 7, 5, 6, 5, 6, 8, 5};
+        pld_index *ix = pld_index_new(1, 1, PLD_POLICY_FREQUENT);
+        CHECK(ix != NULL);
+        CHECK(pld_index_extend(ix, t, 8) == PLD_OK);
+        n = pld_index_propose(ix, 3, &so, out);
+        CHECK(n == 3 && out[0] == 6 && out[1] == 5 && out[2] == 6);
+        pld_index_free(ix);
+    }
+    {   /* FREQUENT tie: followers of 1 are 3, 2, 2, 3: 2 reached 2 first */
+        const int64_t t[] = {1, 3, 1, 2, 1, 2, 1, 3, 1};
+        pld_index *ix = pld_index_new(1, 1, PLD_POLICY_FREQUENT);
+        CHECK(pld_index_extend(ix, t, 9) == PLD_OK);
+        n = pld_index_propose(ix, 1, &so, out);
+        CHECK(n == 1 && out[0] == 2);
+        pld_index_free(ix);
+    }
+    {   /* FREQUENT stops when no n-gram has a follower */
+        const int64_t t[] = {1, 2, 3};
+        pld_index *ix = pld_index_new(1, 2, PLD_POLICY_FREQUENT);
+        CHECK(pld_index_extend(ix, t, 3) == PLD_OK);
+        n = pld_index_propose(ix, 4, &so, out);
+        CHECK(n == 0);
+        pld_index_free(ix);
+    }
+    {   /* extend_i32 == extend; accessors; truncate beyond len is a no-op */
+        const int32_t t32[] = {4, -3, 4, 100000, 4};
+        const int64_t t64[] = {4, -3, 4, 100000, 4};
+        pld_index *a = pld_index_new(1, 2, PLD_POLICY_FIRST);
+        pld_index *b = pld_index_new(1, 2, PLD_POLICY_FIRST);
+        CHECK(pld_index_extend_i32(a, t32, 5) == PLD_OK);
+        CHECK(pld_index_extend(b, t64, 5) == PLD_OK);
+        CHECK(pld_index_len(a) == 5 && pld_index_len(b) == 5);
+        CHECK(memcmp(pld_index_tokens(a), t64, sizeof t64) == 0);
+        CHECK(pld_index_nbytes(a) >= 5 * sizeof(int64_t));
+        CHECK(pld_index_truncate(a, 99) == PLD_OK && pld_index_len(a) == 5);
+        CHECK(pld_index_extend(a, t64, 0) == PLD_OK && pld_index_len(a) == 5);
+        n = pld_index_propose(a, 2, &so, out);
+        CHECK(n == 2 && out[0] == -3 && out[1] == 4);
+        CHECK(pld_index_truncate(a, 0) == PLD_OK && pld_index_len(a) == 0);
+        CHECK(pld_index_propose(a, 2, &so, out) == 0);
+        pld_index_free(a);
+        pld_index_free(b);
+    }
+}
+
+/* Grow / truncate / propose random streams on all three policies. */
+static void test_index_random(void)
+{
+    int iter;
+    for (iter = 0; iter < 600; iter++) {
+        size_t min_n = 1 + t_below(3), max_n = min_n + t_below(4);
+        size_t vocab = 1 + t_below(iter % 4 == 0 ? 2 : 5);
+        size_t cap = 120, len = 0, step, p;
+        int64_t shadow[200], eos[4];
+        pld_index *ix[3];
+        for (p = 0; p < 3; p++) {
+            ix[p] = pld_index_new(min_n, max_n, (pld_policy)p);
+            CHECK(ix[p] != NULL);
+        }
+        if (!ix[0] || !ix[1] || !ix[2])
+            abort();
+        for (step = 0; step < 40; step++) {
+            size_t op = t_below(10), i;
+            if (op < 7 && len < cap) { /* extend by a chunk */
+                size_t c = t_below(op == 0 ? 12 : 4) + (op == 1);
+                int64_t chunk[16];
+                int32_t chunk32[16];
+                if (len + c > cap)
+                    c = cap - len;
+                for (i = 0; i < c; i++) {
+                    chunk[i] = (int64_t)t_below(vocab);
+                    chunk32[i] = (int32_t)chunk[i];
+                    shadow[len + i] = chunk[i];
+                }
+                for (p = 0; p < 3; p++) {
+                    pld_status r = (op & 1) ? pld_index_extend_i32(ix[p], chunk32, c)
+                                            : pld_index_extend(ix[p], chunk, c);
+                    CHECK(r == PLD_OK);
+                }
+                len += c;
+            } else { /* truncate */
+                size_t nl = len ? t_below(len + 2) : 0;
+                for (p = 0; p < 3; p++)
+                    CHECK(pld_index_truncate(ix[p], nl) == PLD_OK);
+                if (nl < len)
+                    len = nl;
+            }
+            for (p = 0; p < 3; p++) {
+                CHECK(pld_index_len(ix[p]) == len);
+                CHECK(len == 0 || memcmp(pld_index_tokens(ix[p]), shadow,
+                                         len * sizeof *shadow) == 0);
+            }
+            for (i = 0; i < 2; i++) {
+                pld_lookup_opts o;
+                size_t k = t_below(7) + (i == 0);
+                random_opts(&o, eos, len, vocab);
+                for (p = 0; p < 3; p++)
+                    if (!check_index(ix[p], shadow, len, min_n, max_n, k, &o)) {
+                        fprintf(stderr, "  (iter %d step %zu)\n", iter, step);
+                        step = 1000; /* stop this stream after one report */
+                        break;
+                    }
+            }
+        }
+        for (p = 0; p < 3; p++)
+            pld_index_free(ix[p]);
+    }
+}
+
+/* FIRST on a long stream: equality with the one-shot lookup as it grows. */
+static void test_index_long(void)
+{
+    enum { N = 3000 };
+    int64_t *t = malloc(N * sizeof *t);
+    pld_index *ix = pld_index_new(2, 5, PLD_POLICY_FIRST);
+    pld_lookup_opts so = seed_opts(), to = tf_opts(-1, NULL, 0);
+    size_t i, bad = 0;
+    if (!t || !ix)
+        abort();
+    for (i = 0; i < N; i++) /* repetitive text-like stream */
+        t[i] = (i % 37 < 20) ? (int64_t)(i % 37) : (int64_t)t_below(30);
+    for (i = 0; i < N; i++) {
+        int64_t out[8];
+        size_t s, c, n;
+        if (pld_index_extend(ix, t + i, 1) != PLD_OK)
+            bad++;
+        n = pld_index_propose(ix, 8, (i & 1) ? &so : &to, out);
+        pld_find_candidate_i64(t, i + 1, 2, 5, 8, (i & 1) ? &so : &to, &s, &c);
+        if (n != c || (c && memcmp(out, t + s, c * sizeof *out) != 0))
+            bad++;
+    }
+    CHECKF(bad == 0, "%zu mismatches", bad);
+    free(t);
+    pld_index_free(ix);
+}
+
+/* ------------------------------------------------------ acceptance tests */
+
+static float f16_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1Fu,
+             man = h & 0x3FFu;
+    float v;
+    if (exp == 0)
+        v = ldexpf((float)man, -24);
+    else if (exp == 31)
+        v = man ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(man | 0x400u), (int)exp - 25);
+    return sign ? -v : v;
+}
+
+static float bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static float elem(const void *p, pld_float_type ft, size_t i)
+{
+    if (ft == PLD_F32)
+        return ((const float *)p)[i];
+    if (ft == PLD_F16)
+        return f16_to_float(((const uint16_t *)p)[i]);
+    return bf16_to_float(((const uint16_t *)p)[i]);
+}
+
+static int64_t naive_argmax(const void *p, pld_float_type ft, size_t row,
+                            size_t vocab)
+{
+    size_t j, best = 0;
+    float bv = elem(p, ft, row * vocab);
+    if (isnan(bv))
+        return 0;
+    for (j = 1; j < vocab; j++) {
+        float v = elem(p, ft, row * vocab + j);
+        if (isnan(v))
+            return (int64_t)j;
+        if (v > bv) {
+            bv = v;
+            best = j;
+        }
+    }
+    return (int64_t)best;
+}
+
+static void test_accept_ids(void)
+{
+    const int64_t d[] = {1, 2, 3};
+    const int64_t c1[] = {1, 2, 3, 4};
+    const int64_t c2[] = {1, 5, 3, 4};
+    const int64_t c3[] = {0, 2, 3, 4};
+    CHECK(pld_accept_greedy_ids(d, 3, c1) == 3);
+    CHECK(pld_accept_greedy_ids(d, 3, c2) == 1);
+    CHECK(pld_accept_greedy_ids(d, 3, c3) == 0);
+    CHECK(pld_accept_greedy_ids(d, 0, c3) == 0);
+    CHECK(pld_accept_greedy_ids(NULL, 0, c3) == 0);
+}
+
+static void test_accept_logits_hand(void)
+{
+    int64_t out[4];
+    size_t n = 99;
+    {
+        const float l[] = {1, 3, 3, 2, /* row 0: tie -> 1 */
+                           0, NAN, 5, NAN, /* row 1: NaN is max -> 1 */
+                           -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                           -0.0f, 0.0f, -1, -2};
+        const int64_t d1[] = {1, 1, 0};
+        const int64_t d2[] = {1, 2, 0};
+        const int64_t d3[] = {0};
+        CHECK(pld_accept_greedy_logits(l, PLD_F32, 4, 4, d1, 3, out, &n) ==
+              PLD_OK);
+        CHECK(n == 3 && out[0] == 1 && out[1] == 1 && out[2] == 0 &&
+              out[3] == 0);
+        CHECK(pld_accept_greedy_logits(l, PLD_F32, 4, 4, d2, 3, out, &n) ==
+              PLD_OK);
+        CHECK(n == 1 && out[0] == 1 && out[1] == 1);
+        CHECK(pld_accept_greedy_logits(l, PLD_F32, 4, 4, d3, 1, out, &n) ==
+              PLD_OK);
+        CHECK(n == 0 && out[0] == 1);
+        /* k = 0: one row, its argmax */
+        CHECK(pld_accept_greedy_logits(l + 12, PLD_F32, 1, 4, NULL, 0, out,
+                                       &n) == PLD_OK);
+        CHECK(n == 0 && out[0] == 0);
+    }
+    {   /* f16: 1.0, 2.0, inf, -1 / NaN first / -0 +0 */
+        const uint16_t h[] = {0x3C00, 0x4000, 0x7C00, 0xBC00,
+                              0x7E00, 0x7C00, 0x3C00, 0x7E00,
+                              0x8000, 0x0000, 0xFC00, 0x0001};
+        const int64_t d[] = {2, 0};
+        CHECK(pld_accept_greedy_logits(h, PLD_F16, 3, 4, d, 2, out, &n) ==
+              PLD_OK);
+        CHECK(n == 2 && out[0] == 2 && out[1] == 0 && out[2] == 3);
+    }
+    {   /* bf16: 1.0, 2.0 (max), 2.0 / -inf, NaN */
+        const uint16_t b[] = {0x3F80, 0x4000, 0x4000, 0xFF80, 0x7FC0, 0x3F80};
+        const int64_t d[] = {1};
+        CHECK(pld_accept_greedy_logits(b, PLD_BF16, 2, 3, d, 1, out, &n) ==
+              PLD_OK);
+        CHECK(n == 1 && out[0] == 1 && out[1] == 1);
+    }
+    {   /* errors */
+        const float l[] = {1, 2, 3, 4};
+        const int64_t d[] = {1, 1};
+        CHECK(pld_accept_greedy_logits(l, PLD_F32, 2, 2, d, 2, out, &n) ==
+              PLD_ERR_ARG); /* rows < k + 1 */
+        CHECK(pld_accept_greedy_logits(l, PLD_F32, 2, 0, d, 1, out, &n) ==
+              PLD_ERR_ARG); /* vocab 0 */
+        CHECK(pld_accept_greedy_logits(l, (pld_float_type)3, 2, 2, d, 1, out,
+                                       &n) == PLD_ERR_ARG);
+        CHECK(pld_accept_greedy_logits(l, (pld_float_type)-1, 2, 2, d, 1, out,
+                                       &n) == PLD_ERR_ARG);
+        CHECK(pld_accept_greedy_logits(l, PLD_F32, 2, 2, d, 1, out, &n) ==
+              PLD_OK);
+    }
+}
+
+/* Random logits in all three types against the naive argmax loop. Each
+ * buffer holds exactly the rows the scan may read (rows after the first
+ * disagreement are never read), so ASan catches an over-read. */
+static void test_accept_logits_random(void)
+{
+    static const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, 1e30f,
+                                     -1e30f, 1e-40f, NAN, INFINITY, -INFINITY,
+                                     3.0f};
+    int iter;
+    for (iter = 0; iter < 5000; iter++) {
+        pld_float_type ft = (pld_float_type)(iter % 3);
+        size_t vocab = 1 + t_below(iter % 5 == 0 ? 40 : 5);
+        size_t k = t_below(6), rows = k + 1, i, j, want_n;
+        size_t esz = ft == PLD_F32 ? 4 : 2;
+        unsigned char *full = malloc(rows * vocab * esz);
+        unsigned char *exact;
+        int64_t draft[8], want[8], out[8], n_out = 0;
+        size_t n = 99;
+        pld_status r;
+        int nan_heavy = t_below(4) == 0;
+        if (!full)
+            abort();
+        for (i = 0; i < rows * vocab; i++) {
+            if (ft == PLD_F32) {
+                float f = nan_heavy ? specials[t_below(12)]
+                                    : (float)(int)t_below(4);
+                memcpy(full + 4 * i, &f, 4);
+            } else {
+                uint16_t h = nan_heavy ? (uint16_t)t_next()
+                                       : (uint16_t)(ft == PLD_F16 ? 0x3C00 + t_below(3)
+                                                                  : 0x3F80 + t_below(3));
+                memcpy(full + 2 * i, &h, 2);
+            }
+        }
+        for (i = 0; i < rows; i++)
+            want[i] = naive_argmax(full, ft, i, vocab);
+        for (i = 0; i < k; i++) /* mostly agree, sometimes not */
+            draft[i] = t_below(5) ? want[i] : (int64_t)t_below(vocab + 1);
+        want_n = 0;
+        while (want_n < k && draft[want_n] == want[want_n])
+            want_n++;
+        exact = malloc((want_n + 1) * vocab * esz);
+        if (!exact)
+            abort();
+        memcpy(exact, full, (want_n + 1) * vocab * esz);
+        for (j = 0; j < 8; j++)
+            out[j] = -5;
+        r = pld_accept_greedy_logits(exact, ft, rows, vocab, draft, k, out, &n);
+        CHECK(r == PLD_OK);
+        CHECKF(n == want_n, "ft=%d vocab=%zu k=%zu got n=%zu want %zu", (int)ft,
+               vocab, k, n, want_n);
+        if (n == want_n)
+            for (i = 0; i <= n; i++)
+                n_out += out[i] == want[i];
+        CHECKF(n_out == (int64_t)want_n + 1, "ft=%d vocab=%zu argmax differs",
+               (int)ft, vocab);
+        free(exact);
+        free(full);
+    }
+}
+
+static uint16_t f16_bits(double v) /* exact small values only */
+{
+    if (v == 0)
+        return 0;
+    if (v == 1)
+        return 0x3C00;
+    if (v == 2)
+        return 0x4000;
+    if (v == 3)
+        return 0x4200;
+    if (v == 0.5)
+        return 0x3800;
+    abort();
+}
+
+static void test_accept_sample_hand(void)
+{
+    int64_t out[4];
+    size_t n = 99;
+    double u[4] = {0.99, 0.99, 0.99, 0.5};
+    {   /* one-hot rows on the draft: always accepted; bonus one-hot */
+        const float p[] = {0, 1, 0, /**/ 0, 0, 1, /**/ 1, 0, 0};
+        const int64_t d[] = {1, 2};
+        CHECK(pld_accept_sample(p, PLD_F32, 3, 3, d, 2, u, out, &n) == PLD_OK);
+        CHECK(n == 2 && out[0] == 1 && out[1] == 2 && out[2] == 0);
+    }
+    {   /* boundary: p = [1, 1], draft 0: accept iff u * 2 < 1 */
+        const float p[] = {1, 1, /**/ 0, 5};
+        const int64_t d[] = {0};
+        double ua[2] = {0.49, 0.0}, ub[2] = {0.5, 0.0};
+        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ua, out, &n) == PLD_OK);
+        CHECK(n == 1 && out[0] == 0 && out[1] == 1);
+        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ub, out, &n) == PLD_OK);
+        CHECK(n == 0 && out[0] == 1); /* drawn with draft 0 removed */
+    }
+    {   /* unnormalised rows: p = [3, 1] (sum 4), draft 0: u*4 < 3 */
+        const float p[] = {3, 1, /**/ 2, 0};
+        const int64_t d[] = {0};
+        double ua[2] = {0.74, 0.3}, ub[2] = {0.75, 0.3};
+        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ua, out, &n) == PLD_OK);
+        CHECK(n == 1 && out[0] == 0 && out[1] == 0);
+        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ub, out, &n) == PLD_OK);
+        CHECK(n == 0 && out[0] == 1);
+    }
+    {   /* a draft id outside [0, vocab) has p = 0: always rejected */
+        const float p[] = {0, 0, 1, /**/ 1, 1, 1};
+        const int64_t dneg[] = {-1}, dbig[] = {3};
+        double uz[2] = {0.0, 0.0};
+        CHECK(pld_accept_sample(p, PLD_F32, 2, 3, dneg, 1, uz, out, &n) ==
+              PLD_OK);
+        CHECK(n == 0 && out[0] == 2);
+        CHECK(pld_accept_sample(p, PLD_F32, 2, 3, dbig, 1, uz, out, &n) ==
+              PLD_OK);
+        CHECK(n == 0 && out[0] == 2);
+    }
+    {   /* f16 and bf16 rows */
+        uint16_t h[6];
+        const uint16_t b[] = {0x0000, 0x3F80, 0x0000, 0x0000, 0x0000, 0x4000};
+        const int64_t d[] = {1};
+        double uu[2] = {0.9, 0.9};
+        h[0] = f16_bits(0); h[1] = f16_bits(2); h[2] = f16_bits(0);
+        h[3] = f16_bits(0.5); h[4] = f16_bits(0); h[5] = f16_bits(0);
+        CHECK(pld_accept_sample(h, PLD_F16, 2, 3, d, 1, uu, out, &n) == PLD_OK);
+        CHECK(n == 1 && out[0] == 1 && out[1] == 0);
+        CHECK(pld_accept_sample(b, PLD_BF16, 2, 3, d, 1, uu, out, &n) == PLD_OK);
+        CHECK(n == 1 && out[0] == 1 && out[1] == 2);
+    }
+    {   /* k = 0: a plain draw from row 0 */
+        const float p[] = {0, 0, 3};
+        double uz[1] = {0.7};
+        CHECK(pld_accept_sample(p, PLD_F32, 1, 3, NULL, 0, uz, out, &n) ==
+              PLD_OK);
+        CHECK(n == 0 && out[0] == 2);
+    }
+    {   /* errors */
+        const float bad_nan[] = {1, NAN, 1, 1};
+        const float bad_neg[] = {1, -1, 1, 1};
+        const float bad_inf[] = {INFINITY, 0, 1, 1};
+        const float zero[] = {0, 0, 1, 1};
+        const float ok[] = {1, 1, 1, 1};
+        const int64_t d[] = {0};
+        double uu[2] = {0.1, 0.1};
+        CHECK(pld_accept_sample(bad_nan, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+              PLD_ERR_VALUE);
+        CHECK(pld_accept_sample(bad_neg, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+              PLD_ERR_VALUE);
+        CHECK(pld_accept_sample(bad_inf, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+              PLD_ERR_VALUE);
+        CHECK(pld_accept_sample(zero, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+              PLD_ERR_VALUE);
+        CHECK(pld_accept_sample(ok, PLD_F32, 1, 2, d, 1, uu, out, &n) ==
+              PLD_ERR_ARG); /* rows < k + 1 */
+        CHECK(pld_accept_sample(ok, PLD_F32, 2, 0, d, 1, uu, out, &n) ==
+              PLD_ERR_ARG);
+        CHECK(pld_accept_sample(ok, (pld_float_type)3, 2, 2, d, 1, uu, out,
+                                &n) == PLD_ERR_ARG);
+        CHECK(pld_accept_sample(ok, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+              PLD_OK);
+    }
+}
+
+/* The output distribution must be the model's: P(out[0] = y) = p0(y), and
+ * given acceptance, P(out[1] = y) = p1(y). */
+static void test_accept_sample_distribution(void)
+{
+    const float p[] = {0.1f, 0.2f, 0.3f, 0.4f, /**/ 0.5f, 0.0f, 0.25f, 0.25f};
+    const int64_t drafts[] = {2, 3, 0};
+    size_t di;
+    pld_rng rng;
+    pld_rng_seed(&rng, 12345);
+    for (di = 0; di < 3; di++) {
+        enum { T = 200000 };
+        long c0[4] = {0}, c1[4] = {0}, acc = 0;
+        size_t t, y;
+        double worst = 0;
+        for (t = 0; t < T; t++) {
+            double u[2];
+            int64_t out[2];
+            size_t n;
+            u[0] = pld_rng_uniform(&rng);
+            u[1] = pld_rng_uniform(&rng);
+            if (pld_accept_sample(p, PLD_F32, 2, 4, &drafts[di], 1, u, out,
+                                  &n) != PLD_OK ||
+                out[0] < 0 || out[0] > 3 || (n == 1 && (out[1] < 0 || out[1] > 3))) {
+                worst = 1;
+                break;
+            }
+            c0[out[0]]++;
+            if (n == 1) {
+                acc++;
+                c1[out[1]]++;
+            }
+        }
+        for (y = 0; y < 4; y++) {
+            double e0 = fabs((double)c0[y] / T - p[y]);
+            double e1 = acc ? fabs((double)c1[y] / acc - p[4 + y]) : 1;
+            if (e0 > worst)
+                worst = e0;
+            if (e1 > worst)
+                worst = e1;
+        }
+        CHECKF(worst < 0.01, "draft %lld: max deviation %.4f",
+               (long long)drafts[di], worst);
+        CHECKF(fabs((double)acc / T - p[drafts[di]]) < 0.01,
+               "acceptance rate %.4f", (double)acc / T);
+    }
+}
+
+/* ------------------------------------------------------------------ rng */
+
+static uint64_t ref_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static void test_rng(void)
+{
+    pld_rng a, b, c;
+    uint64_t s[4], sm = 42;
+    size_t i, same_ab = 0, same_ac = 0, in_range = 0, ref_ok = 0;
+    double sum = 0;
+    pld_rng_seed(&a, 42);
+    pld_rng_seed(&b, 42);
+    pld_rng_seed(&c, 43);
+    /* reference: splitmix64 seeding, xoshiro256**, top 53 bits */
+    for (i = 0; i < 4; i++) {
+        uint64_t z = (sm += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        s[i] = z ^ (z >> 31);
+    }
+    for (i = 0; i < 10000; i++) {
+        double x = pld_rng_uniform(&a), y = pld_rng_uniform(&b),
+               z = pld_rng_uniform(&c), want;
+        uint64_t r = ref_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = ref_rotl(s[3], 45);
+        want = (double)(r >> 11) * 0x1.0p-53;
+        ref_ok += x == want;
+        same_ab += x == y;
+        same_ac += x == z;
+        in_range += x >= 0 && x < 1;
+        sum += x;
+    }
+    CHECK(same_ab == 10000);
+    CHECK(same_ac < 10);
+    CHECK(in_range == 10000);
+    CHECK(fabs(sum / 10000 - 0.5) < 0.02);
+    CHECKF(ref_ok == 10000, "%zu/10000 equal the splitmix64+xoshiro256** "
+           "reference", ref_ok);
+    pld_rng_seed(&a, 0); /* seed 0 must not give the all-zero state */
+    sum = 0;
+    for (i = 0; i < 100; i++)
+        sum += pld_rng_uniform(&a);
+    CHECK(sum > 1);
+}
+
+int main(void)
+{
+    test_lookup_hand();
+    test_lookup_errors();
+    test_lookup_random();
+    test_index_new_errors();
+    test_index_hand();
+    test_index_random();
+    test_index_long();
+    test_accept_ids();
+    test_accept_logits_hand();
+    test_accept_logits_random();
+    test_accept_sample_hand();
+    test_accept_sample_distribution();
+    test_rng();
+    printf("test_core: %ld passed, %ld failed\n", g_passed, g_failed);
+    return g_failed ? 1 : 0;
+}

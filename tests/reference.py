@@ -1,0 +1,198 @@
+"""Plain-Python reference implementations of pld's lookup semantics.
+
+Written from the method's description and csrc/pld.h (the contract), in the
+most naive way: every window of the sequence is compared with the suffix
+n-gram, exactly as the original torch function does with ``unfold``. Nothing
+here is meant to be fast; everything here is meant to be obviously right.
+
+Semantics (see pld.h):
+
+* ``"seed"`` -- the method's ``find_candidate_pred_tokens``: for n from max_n
+  down to min_n (n > L skipped), walk the occurrences of the suffix n-gram
+  left to right; the first one with ``i + n + k <= L`` (full continuation)
+  and ``i + n < L - n`` (not the trailing self-match) yields
+  ``seq[i+n : i+n+k]``.
+* ``"transformers"`` -- ``PromptLookupCandidateGenerator.get_candidates``
+  without logits processors: empty if ``max_length == L + 1``; for n from
+  ``min(max_n, L - 1)`` down to min_n, the first occurrence with
+  ``start < end`` where ``start = i + n`` and ``end = min(start + k, L,
+  max_length)`` yields ``seq[start:end]`` cut before its first eos; a draft
+  cut to nothing is empty (no further n is tried).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+SEMANTICS = ("seed", "transformers")
+POLICIES = ("first", "recent", "frequent")
+
+_INF = float("inf")
+
+
+def _check(max_n: int, k: int, min_n: int, semantics: str, max_length, eos) -> None:
+    if semantics not in SEMANTICS:
+        raise ValueError(f"semantics: unknown {semantics!r}")
+    if not (1 <= min_n <= max_n):
+        raise ValueError("need 1 <= min_n <= max_n")
+    if k < 1:
+        raise ValueError("need k >= 1")
+    if semantics == "seed" and (max_length is not None or tuple(eos)):
+        raise ValueError("max_length / eos only with transformers semantics")
+
+
+def _occurrences(seq: Sequence[int], n: int) -> list[int]:
+    """All window starts i (0 <= i <= L - n) with seq[i:i+n] == seq[L-n:]."""
+    L = len(seq)
+    ngram = list(seq[L - n:])
+    return [i for i in range(L - n + 1) if list(seq[i:i + n]) == ngram]
+
+
+def _cut_at_eos(draft: list[int], eos: Iterable[int]) -> list[int]:
+    eos = set(eos)
+    for j, t in enumerate(draft):
+        if t in eos:
+            return draft[:j]
+    return draft
+
+
+def _seed_valid(i: int, n: int, k: int, L: int) -> bool:
+    start = i + n
+    end = start + k
+    return end <= L and start < L - n
+
+
+def _transformers_bounds(i: int, n: int, k: int, L: int, max_length):
+    start = i + n
+    end = min(start + k, L, _INF if max_length is None else max_length)
+    return start, int(end) if end != _INF else end
+
+
+def _lookup(seq, max_n, k, min_n, semantics, max_length, eos, pick_latest):
+    seq = [int(t) for t in seq]
+    L = len(seq)
+    if semantics == "seed":
+        for n in range(max_n, min_n - 1, -1):
+            if n > L:
+                continue
+            valid = [i for i in _occurrences(seq, n) if _seed_valid(i, n, k, L)]
+            if valid:
+                i = valid[-1] if pick_latest else valid[0]
+                return seq[i + n:i + n + k]
+        return []
+    # transformers
+    if max_length is not None and max_length == L + 1:
+        return []
+    for n in range(min(max_n, L - 1), min_n - 1, -1):
+        valid = []
+        for i in _occurrences(seq, n):
+            start, end = _transformers_bounds(i, n, k, L, max_length)
+            if start < end:
+                valid.append((start, end))
+        if valid:
+            start, end = valid[-1] if pick_latest else valid[0]
+            return _cut_at_eos(seq[start:end], eos)
+    return []
+
+
+def find_candidate_reference(seq: Sequence[int], max_n: int, k: int, min_n: int = 1,
+                             semantics: str = "seed", max_length=None,
+                             eos: Iterable[int] = ()) -> list[int]:
+    """Reference for ``pld.find_candidate_pred_tokens`` (returns a list)."""
+    eos = tuple(eos)
+    _check(max_n, k, min_n, semantics, max_length, eos)
+    return _lookup(seq, max_n, k, min_n, semantics, max_length, eos, pick_latest=False)
+
+
+def _frequent_follower(seq: list[int], ngram: list[int]):
+    """The most frequent follower of ``ngram`` in ``seq``, or None.
+
+    Built by replaying the sequence left to right, as an incremental index
+    would: each occurrence of the n-gram that has a follower bumps that
+    follower's count, and the best follower changes only when another one
+    gets a strictly larger count -- so a tie goes to the follower that
+    reached the count first.
+    """
+    n = len(ngram)
+    counts: dict[int, int] = {}
+    best, best_count = None, 0
+    for j in range(n, len(seq)):  # seq[j] follows the window seq[j-n:j]
+        if seq[j - n:j] == ngram:
+            f = seq[j]
+            counts[f] = counts.get(f, 0) + 1
+            if counts[f] > best_count:
+                best, best_count = f, counts[f]
+    return best
+
+
+class ReferenceIndex:
+    """Reference for ``pld.NgramIndex``: keeps the list and recomputes."""
+
+    def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1,
+                 policy: str = "first"):
+        if not (1 <= min_ngram_size <= max_ngram_size):
+            raise ValueError("need 1 <= min_ngram_size <= max_ngram_size")
+        if policy not in POLICIES:
+            raise ValueError(f"policy: unknown {policy!r}")
+        self.max_ngram_size = max_ngram_size
+        self.min_ngram_size = min_ngram_size
+        self.policy = policy
+        self._seq: list[int] = []
+
+    def extend(self, tokens) -> None:
+        if isinstance(tokens, int):
+            self._seq.append(tokens)
+        else:
+            self._seq.extend(int(t) for t in tokens)
+
+    def truncate(self, n: int) -> None:
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        del self._seq[n:]
+
+    def __len__(self) -> int:
+        return len(self._seq)
+
+    def tokens(self) -> list[int]:
+        return list(self._seq)
+
+    def propose(self, num_pred_tokens: int = 10, semantics: str = "seed",
+                max_length=None, eos_token_id=None) -> list[int]:
+        eos = _eos_tuple(eos_token_id)
+        k = num_pred_tokens
+        _check(self.max_ngram_size, k, self.min_ngram_size, semantics, max_length, eos)
+        if self.policy in ("first", "recent"):
+            return _lookup(self._seq, self.max_ngram_size, k, self.min_ngram_size,
+                           semantics, max_length, eos,
+                           pick_latest=(self.policy == "recent"))
+        return self._propose_frequent(k, semantics, max_length, eos)
+
+    def _propose_frequent(self, k, semantics, max_length, eos) -> list[int]:
+        seq = self._seq
+        L = len(seq)
+        limit = k
+        if semantics == "transformers" and max_length is not None:
+            limit = min(limit, max_length - L - 1)
+        eos = set(eos) if semantics == "transformers" else set()
+        draft: list[int] = []
+        while len(draft) < limit:
+            ext = seq + draft
+            nxt = None
+            for n in range(self.max_ngram_size, self.min_ngram_size - 1, -1):
+                if n > len(ext):
+                    continue
+                nxt = _frequent_follower(seq, ext[len(ext) - n:])
+                if nxt is not None:
+                    break
+            if nxt is None or nxt in eos:
+                break
+            draft.append(nxt)
+        return draft
+
+
+def _eos_tuple(eos_token_id) -> tuple:
+    if eos_token_id is None:
+        return ()
+    if isinstance(eos_token_id, int):
+        return (eos_token_id,)
+    return tuple(int(t) for t in eos_token_id)

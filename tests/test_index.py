@@ -1,0 +1,263 @@
+"""Property tests of pld.NgramIndex.
+
+* policy "first": propose(...) == find_candidate_pred_tokens(tokens, ...)
+  under both semantics, as the sequence grows token by token, with random
+  truncations and multi-token extends;
+* policies "recent" and "frequent": == tests/reference.py ReferenceIndex;
+* len / tokens() / nbytes / truncate bookkeeping.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pld
+from reference import ReferenceIndex
+
+EX = settings().max_examples
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+@st.composite
+def propose_args(draw, L):
+    k = draw(st.integers(1, 12))
+    semantics = draw(st.sampled_from(["seed", "transformers"]))
+    kw = dict(semantics=semantics)
+    if semantics == "transformers":
+        kw["max_length"] = draw(st.one_of(st.none(), st.integers(max(1, L - 3), L + k + 3)))
+        kw["eos_token_id"] = draw(
+            st.one_of(st.none(), st.integers(0, 7), st.lists(st.integers(0, 7), max_size=3))
+        )
+    return k, kw
+
+
+def check_against(ix, ref, data, policy):
+    seq = ref.tokens()
+    assert len(ix) == len(seq)
+    assert ix.tokens() == seq
+    k, kw = data.draw(propose_args(len(seq)))
+    got = ix.propose(k, **kw)
+    assert isinstance(got, list)
+    assert got == ref.propose(k, **kw), (seq, k, kw)
+    if policy == "first":
+        assert got == pld.find_candidate_pred_tokens(
+            seq, ix.max_ngram_size, k, min_ngram_size=ix.min_ngram_size, **kw
+        )
+
+
+@settings(max_examples=EX)
+@given(
+    policy=st.sampled_from(["first", "recent", "frequent"]),
+    max_n=st.integers(1, 5),
+    vocab=st.integers(1, 6),
+    seed=st.integers(0, 2**32 - 1),
+    n_ops=st.integers(1, 40),
+    data=st.data(),
+)
+def test_index_matches_reference_under_random_ops(policy, max_n, vocab, seed, n_ops, data):
+    min_n = data.draw(st.integers(1, max_n))
+    rng = random.Random(seed)
+    ix = pld.NgramIndex(max_n, min_n, policy)
+    ref = ReferenceIndex(max_n, min_n, policy)
+    assert (ix.max_ngram_size, ix.min_ngram_size, ix.policy) == (max_n, min_n, policy)
+    if data.draw(st.booleans()):  # sometimes the first propose comes late
+        check_against(ix, ref, data, policy)
+    cap = 250 if policy == "frequent" else 600
+    for _ in range(n_ops):
+        op = data.draw(st.sampled_from(["one", "one", "one", "many", "numpy", "truncate"]))
+        if op == "one":
+            t = rng.randint(1, vocab)
+            ix.extend(t)
+            ref.extend(t)
+        elif op == "many":
+            ts = [rng.randint(1, vocab) for _ in range(rng.randint(0, 40))]
+            ix.extend(ts)
+            ref.extend(ts)
+        elif op == "numpy":
+            ts = [rng.randint(1, vocab) for _ in range(rng.randint(1, 40))]
+            dt = rng.choice([np.int32, np.int64])
+            arr = np.array(ts, dtype=dt)
+            if rng.random() < 0.5:
+                arr = arr[None, :]
+            ix.extend(arr)
+            ref.extend(ts)
+        else:
+            n = rng.randint(0, len(ref) + 3)
+            ix.truncate(n)
+            ref.truncate(n)
+        if len(ref) > cap:
+            ix.truncate(cap // 2)
+            ref.truncate(cap // 2)
+        check_against(ix, ref, data, policy)
+
+
+@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
+def test_short_sequences_exhaustive(policy):
+    # Every sequence over {1, 2} of length 0..6, on a fresh index that has
+    # never proposed before, for every n-gram range: short sequences are
+    # where n > L and the draft outgrows the sequence.
+    seqs = [[]]
+    for length in range(1, 7):
+        seqs += [[1 + ((m >> b) & 1) for b in range(length)] for m in range(2**length)]
+    for max_n in (1, 2, 3, 4, 5, 64):
+        for min_n in sorted({1, 2, max_n}):
+            if min_n > max_n:
+                continue
+            for seq in seqs:
+                for k in (1, 2, 5, 12):
+                    for sem in ("seed", "transformers"):
+                        ix = pld.NgramIndex(max_n, min_n, policy)
+                        ix.extend(seq)
+                        ref = ReferenceIndex(max_n, min_n, policy)
+                        ref.extend(seq)
+                        assert ix.propose(k, semantics=sem) == ref.propose(k, semantics=sem), (
+                            max_n, min_n, seq, k, sem)
+
+
+@pytest.mark.parametrize("semantics", ["seed", "transformers"])
+@pytest.mark.parametrize("max_n,min_n", [(1, 1), (3, 1), (4, 2), (5, 5), (64, 1), (64, 40)])
+def test_first_equals_lookup_token_by_token(semantics, max_n, min_n):
+    # A long stream with both short-range and long-range repeats: grows one
+    # token at a time (hash tables grow too), checked at every length.
+    rng = random.Random(max_n * 100 + min_n)
+    seq = []
+    while len(seq) < 3000:
+        if seq and rng.random() < 0.3:
+            a = rng.randrange(len(seq))
+            seq += seq[a: a + rng.randint(1, 90)]
+        else:
+            seq += [rng.randint(1, 40) for _ in range(rng.randint(1, 20))]
+    seq = seq[:3000]
+    arr = np.array(seq, dtype=np.int64)
+    ix = pld.NgramIndex(max_n, min_n, "first")
+    hits = 0
+    for i, t in enumerate(seq):
+        ix.extend(t)
+        k = 1 + i % 12
+        expected = pld.find_candidate_pred_tokens(
+            arr[: i + 1], max_n, k, min_ngram_size=min_n, semantics=semantics
+        ).tolist()
+        got = ix.propose(k, semantics=semantics)
+        assert got == expected, (i, k)
+        hits += bool(got)
+    assert hits > 100  # the stream really exercises matches
+    assert ix.tokens() == seq
+
+
+@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
+def test_truncate_equals_fresh_index(policy):
+    rng = random.Random(7)
+    seq = [rng.randint(1, 5) for _ in range(2000)]
+    ix = pld.NgramIndex(4, 2, policy)
+    ix.extend(seq)
+    for new_len in (1999, 1500, 1500, 700, 3, 0):
+        ix.truncate(new_len)
+        fresh = pld.NgramIndex(4, 2, policy)
+        fresh.extend(seq[:new_len])
+        assert len(ix) == new_len and ix.tokens() == seq[:new_len]
+        for k in (1, 5, 12):
+            for sem in ("seed", "transformers"):
+                assert ix.propose(k, semantics=sem) == fresh.propose(k, semantics=sem)
+        # and it keeps working after the truncation
+        ix.extend(seq[new_len: new_len + 50])
+        fresh.extend(seq[new_len: new_len + 50])
+        assert ix.propose(8) == fresh.propose(8)
+        ix.truncate(new_len)
+
+
+@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
+def test_truncate_at_or_past_len_is_noop(policy):
+    ix = pld.NgramIndex(3, 1, policy)
+    seq = [1, 2, 3, 1, 2, 4, 1, 2]
+    ix.extend(seq)
+    before = [ix.propose(k) for k in range(1, 8)]
+    nbytes = ix.nbytes
+    for n in (len(seq), len(seq) + 1, 10**6, 2**62):
+        ix.truncate(n)
+        assert len(ix) == len(seq) and ix.tokens() == seq
+        assert [ix.propose(k) for k in range(1, 8)] == before
+        assert ix.nbytes == nbytes
+
+
+@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
+def test_len_tokens_nbytes(policy):
+    ix = pld.NgramIndex(3, 1, policy)
+    assert len(ix) == 0 and ix.tokens() == [] and ix.propose(5) == []
+    assert ix.nbytes >= 0
+    ix.extend([1, 2, 3])
+    small = ix.nbytes
+    assert small > 0
+    rng = random.Random(0)
+    seq = [1, 2, 3] + [rng.randint(0, 10**6) for _ in range(20000)]
+    ix.extend(seq[3:])
+    assert len(ix) == len(seq) and ix.tokens() == seq
+    big = ix.nbytes
+    assert big > small
+    assert big >= 8 * len(seq)  # it owns an int64 copy of the sequence
+    assert big < 2000 * len(seq)  # ...and is not absurdly large
+    assert isinstance(ix.tokens(), list)
+    # extend with an empty sequence changes nothing
+    ix.extend([])
+    assert len(ix) == len(seq)
+
+
+def test_index_hand_checked():
+    seq = [1, 2, 3, 1, 2, 4, 1, 2]
+    first = pld.NgramIndex(2, 1, "first")
+    recent = pld.NgramIndex(2, 1, "recent")
+    first.extend(seq)
+    recent.extend(seq)
+    assert first.propose(2) == [3, 1]
+    assert recent.propose(1) == [4]
+    assert recent.propose(2) == [4, 1]
+    f = pld.NgramIndex(2, 1, "frequent")
+    f.extend([1, 2, 3, 1, 2, 4, 1, 2, 4, 1, 2])
+    assert f.propose(5) == [4, 1, 2, 4, 1]
+    assert f.propose(5, semantics="transformers", max_length=15) == [4, 1, 2]
+    assert f.propose(5, semantics="transformers", eos_token_id=2) == [4, 1]
+    assert f.propose(5, semantics="transformers", max_length=12) == []
+    t = pld.NgramIndex(1, 1, "frequent")
+    t.extend([7, 1, 7, 2, 7, 2, 7, 1, 7])
+    assert t.propose(4) == [2, 7, 2, 7]  # tie: 2 reached count 2 first
+    t.extend([1, 7])
+    assert t.propose(1) == [1]
+    t.truncate(9)
+    assert t.propose(1) == [2]
+
+
+def test_extreme_ids_in_index():
+    lo, hi = -(2**63), 2**63 - 1
+    seq = [lo, hi, -1, 0, lo, hi, -1, 5, lo, hi]
+    for policy in ("first", "recent", "frequent"):
+        ix = pld.NgramIndex(2, 1, policy)
+        ix.extend(seq)
+        ref = ReferenceIndex(2, 1, policy)
+        ref.extend(seq)
+        assert ix.tokens() == seq
+        for k in (1, 2, 3):
+            assert ix.propose(k) == ref.propose(k)
+    assert pld.NgramIndex(2, 1, "first").propose(3) == []
+
+
+@pytest.mark.torch
+def test_extend_accepts_torch_tensors():
+    torch = _torch()
+    seq = [1, 2, 3, 1, 2, 4, 1, 2]
+    ix = pld.NgramIndex(2, 1)
+    ix.extend(torch.tensor(seq[:3], dtype=torch.int32))
+    ix.extend(torch.tensor([seq[3:5]], dtype=torch.int64))  # [1, L]
+    big = torch.zeros(6, dtype=torch.int64)
+    big[::2] = torch.tensor(seq[5:8])
+    ix.extend(big[::2])  # non-contiguous
+    assert ix.tokens() == seq
+    assert ix.propose(2) == pld.find_candidate_pred_tokens(seq, 2, 2)
