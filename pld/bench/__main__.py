@@ -1,0 +1,32 @@
+"""Entry point: ``python -m pld.bench <subcommand> [options]``."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from . import SUBCOMMANDS
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m pld.bench",
+        description="pld benchmarks.")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    modules = {}
+    for name, (module_name, help_text) in SUBCOMMANDS.items():
+        module = importlib.import_module(f"{__package__}.{module_name}")
+        modules[name] = module
+        p = sub.add_parser(name, help=help_text, description=module.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        module.add_arguments(p)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(modules[args.command].run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,594 @@
+"""Lookup micro-benchmark: time per generation step against context length.
+
+For each stream (real tokenized text, random ids) and context length L:
+
+  torch_seed          the method's find_candidate_pred_tokens in plain torch,
+                      one call on a [1, L] tensor = one step (O(L)).
+  transformers        PromptLookupCandidateGenerator(num_output_tokens=10,
+                      max_matching_ngram_size=3, max_length=L+100)
+                      .get_candidates(input_ids), one call = one step.
+  python_dict_index   a pure-Python dict index with the seed semantics
+                      (policy "first"); step = propose(10) + extend(token).
+  pld.find_candidate_pred_tokens
+                      pld's one-shot C scan on the same [1, L] tensor.
+  pld.NgramIndex[first|recent|frequent]
+                      step = propose(10) + extend(token) of one Python int.
+
+One-shot methods run on the contexts stream[:L + s] for a few offsets s
+(the same contexts the indexes pass through), in timed batches, until
+--repeats batches or --budget seconds (at least 3 calls); the cell is the
+median of the per-batch means. The indexes are built over stream[:L]
+(untimed) and then extended with the tokens that follow, --steps steps in
+batches of --batch, the four indexes taking turns batch by batch (so that
+they see the same machine load); the cell is the median of the per-batch
+means (the mean over all steps, which includes table growth, is reported too).
+The garbage collector is off while timing, as in timeit.
+
+Before timing, a few steps per L check that pld.NgramIndex("first"), the
+dict index, torch_seed and pld.find_candidate_pred_tokens agree (and that
+transformers agrees with pld's semantics="transformers").
+
+Writes table.md, results.json and lookup.png into --out.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+DEFAULT_SIZES = (512, 2048, 8192, 32768, 131072, 1048576)
+QUICK_SIZES = (512, 2048, 8192)
+K = 10          # num_pred_tokens
+MAX_N = 3       # max_ngram_size
+MIN_N = 1
+
+M_TORCH = "torch_seed"
+M_HF = "transformers"
+M_DICT = "python_dict_index"
+M_FIND = "pld.find_candidate_pred_tokens"
+M_IDX = "pld.NgramIndex[{}]"
+POLICIES = ("first", "recent", "frequent")
+IDX_FIRST = M_IDX.format("first")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sizes", type=str, default=None,
+                   help="comma-separated context lengths (default: %s)"
+                   % ",".join(map(str, DEFAULT_SIZES)))
+    p.add_argument("--repeats", type=int, default=60,
+                   help="max timed batches per one-shot cell (default 60)")
+    p.add_argument("--budget", type=float, default=2.5,
+                   help="max seconds per one-shot cell (default 2.5; >= 3 calls always)")
+    p.add_argument("--steps", type=int, default=20000,
+                   help="index steps timed per cell (default 20000)")
+    p.add_argument("--batch", type=int, default=500,
+                   help="index steps per timed batch (default 500)")
+    p.add_argument("--stream", choices=("real", "random", "both"), default="both")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke test: sizes %s, fewer steps and repeats"
+                   % ",".join(map(str, QUICK_SIZES)))
+    p.add_argument("--no-dict-memory", action="store_true",
+                   help="skip the tracemalloc estimate of the dict index's memory")
+    p.add_argument("--dict-memory-max", type=int, default=131072,
+                   help="largest L for the dict memory estimate (default 131072)")
+    p.add_argument("--checks", type=int, default=3,
+                   help="agreement-checked steps per L (default 3)")
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch intra-op threads for the torch baselines (default 1: a "
+                   "lookup step is latency-bound, and on a busy or small machine "
+                   "torch's thread pool adds ms-scale wake-up stalls; 0 = torch's default)")
+    p.add_argument("--out", default=os.path.join("bench-out", "lookup"),
+                   help="output directory (default bench-out/lookup)")
+
+
+# ------------------------------------------------------------------ timing
+
+def _now() -> int:
+    return time.perf_counter_ns()
+
+
+def time_oneshot(fn: Callable, args: Sequence, repeats: int, budget: float,
+                 min_calls: int = 3) -> Dict:
+    """Median of per-batch means of fn(arg), args cycled. The batch size is
+    chosen so a batch lasts about 2 ms (one call for slow functions)."""
+    t0 = _now()
+    fn(args[0])  # warm-up, also the calibration
+    one = max(_now() - t0, 1)
+    per_batch = max(1, min(1000, int(2e6 // one)))
+    deadline = _now() + int(budget * 1e9)
+    means: List[float] = []
+    calls = 0
+    i = 0
+    n_args = len(args)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        while True:
+            t0 = _now()
+            for _ in range(per_batch):
+                fn(args[i % n_args])
+                i += 1
+            dt = _now() - t0
+            means.append(dt / per_batch)
+            calls += per_batch
+            if len(means) >= repeats and calls >= min_calls:
+                break
+            if _now() >= deadline and calls >= min_calls:
+                break
+    finally:
+        if gc_was:
+            gc.enable()
+    return {"us": statistics.median(means) / 1e3, "us_mean": sum(means) / len(means) / 1e3,
+            "us_min": min(means) / 1e3, "calls": calls, "batches": len(means)}
+
+
+def time_steps(indexes: Dict[str, tuple], follow: List[int], batch: int) -> Dict[str, Dict]:
+    """Steps (propose(K) then extend(token)) over `follow` for several
+    indexes, timed per batch. The indexes take turns batch by batch (in a
+    rotating order), so they see the same machine conditions and their
+    ratios hold up on a busy machine. {name: (propose, extend)} -> {name:
+    stats}."""
+    names = list(indexes)
+    means: Dict[str, List[float]] = {n: [] for n in names}
+    totals = dict.fromkeys(names, 0)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for bi, b in enumerate(range(0, len(follow), batch)):
+            chunk = follow[b:b + batch]
+            for j in range(len(names)):
+                name = names[(bi + j) % len(names)]
+                propose, extend = indexes[name]
+                t0 = _now()
+                for tok in chunk:
+                    propose(K)
+                    extend(tok)
+                dt = _now() - t0
+                totals[name] += dt
+                means[name].append(dt / len(chunk))
+    finally:
+        if gc_was:
+            gc.enable()
+    out = {}
+    for name in names:
+        ordered = sorted(means[name])
+        out[name] = {
+            "us": statistics.median(ordered) / 1e3,
+            "us_mean": totals[name] / len(follow) / 1e3,
+            "us_min_batch": ordered[0] / 1e3,
+            "us_p10_batch": ordered[len(ordered) // 10] / 1e3,
+            "us_max_batch": ordered[-1] / 1e3,
+            "steps": len(follow), "batches": len(ordered)}
+    return out
+
+
+# -------------------------------------------------------------- reporting
+
+def machine_info() -> Dict:
+    cpu, cores = platform.processor() or platform.machine(), os.cpu_count()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "cores": cores, "platform": platform.platform()}
+    try:
+        info["loadavg_at_start"] = list(os.getloadavg())
+    except OSError:
+        pass
+    return info
+
+
+def versions() -> Dict:
+    import pld
+    v = {"python": sys.version.split()[0], "pld": getattr(pld, "__version__", "?"),
+         "numpy": np.__version__}
+    for mod in ("torch", "transformers", "matplotlib"):
+        try:
+            v[mod] = __import__(mod).__version__
+        except Exception:
+            v[mod] = None
+    try:
+        import torch
+        v["torch_threads"] = torch.get_num_threads()
+    except Exception:
+        pass
+    return v
+
+
+def _fmt_us(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if x >= 1000:
+        return f"{x:,.0f}"
+    if x >= 10:
+        return f"{x:.1f}"
+    if x >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def _fmt_ratio(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f}x"
+    return f"{x:.1f}x"
+
+
+def _label(L: int) -> str:
+    if L >= 1 << 20 and L % (1 << 20) == 0:
+        return f"{L >> 20}M"
+    if L >= 1024 and L % 1024 == 0:
+        return f"{L >> 10}k"
+    return str(L)
+
+
+def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
+    head = "| method | " + " | ".join(f"L={_label(L)}" for L in sizes) + " |"
+    sep = "|---|" + "---:|" * len(sizes)
+    rows = [head, sep]
+    for m in methods:
+        cells = res.get(m, {})
+        if not cells:
+            continue
+        rows.append(f"| {m} | " + " | ".join(
+            _fmt_us(cells.get(str(L), {}).get("us")) for L in sizes) + " |")
+    first = res.get(IDX_FIRST, {})
+    if first:
+        rows.append(f"| *{IDX_FIRST}, mean over all steps* | " + " | ".join(
+            _fmt_us(first.get(str(L), {}).get("us_mean")) for L in sizes) + " |")
+        rows.append(f"| *{IDX_FIRST}, fastest batch* | " + " | ".join(
+            _fmt_us(first.get(str(L), {}).get("us_min_batch")) for L in sizes) + " |")
+    for other in (M_TORCH, M_HF, M_DICT, M_FIND):
+        cells = res.get(other, {})
+        if not cells:
+            continue
+        ratios = []
+        for L in sizes:
+            a, b = cells.get(str(L), {}).get("us"), first.get(str(L), {}).get("us")
+            ratios.append(_fmt_ratio(a / b) if a and b else "-")
+        rows.append(f"| *{other} / NgramIndex[first]* | " + " | ".join(ratios) + " |")
+    return "\n".join(rows)
+
+
+def memory_table(mem: Dict, sizes: Sequence[int]) -> str:
+    head = "| index | " + " | ".join(f"L={_label(L)}" for L in sizes) + " |"
+    rows = [head, "|---|" + "---:|" * len(sizes)]
+    for name, cells in mem.items():
+        rows.append(f"| {name} | " + " | ".join(
+            (f"{cells[str(L)]:.1f}" if cells.get(str(L)) is not None else "-")
+            for L in sizes) + " |")
+    return "\n".join(rows)
+
+
+def criteria(results: Dict, sizes: Sequence[int]) -> List[Dict]:
+    """The acceptance targets, per stream."""
+    out = []
+    for sname, sres in results.items():
+        t = sres["time"]
+        first = t.get(IDX_FIRST, {})
+        worst = max((c["us"] for L, c in first.items() if int(L) <= 1 << 20), default=None)
+        fast = max((c.get("us_min_batch", c["us"]) for L, c in first.items()
+                    if int(L) <= 1 << 20), default=None)
+        out.append({"stream": sname, "criterion": "NgramIndex[first] step <= 0.5 us at every L <= 1M",
+                    "value": (f"max {_fmt_us(worst)} us (fastest batches: max {_fmt_us(fast)} us)"
+                              if worst is not None else "n/a"),
+                    "pass": worst is not None and worst <= 0.5})
+        c32 = str(32768)
+        if c32 in first and c32 in t.get(M_TORCH, {}):
+            r = t[M_TORCH][c32]["us"] / first[c32]["us"]
+            out.append({"stream": sname, "criterion": "torch_seed >= 1000x NgramIndex step at L=32k",
+                        "value": _fmt_ratio(r), "pass": r >= 1000})
+        dr = [t[M_DICT][L]["us"] / first[L]["us"] for L in first if L in t.get(M_DICT, {})]
+        if dr:
+            out.append({"stream": sname, "criterion": "NgramIndex >= 5x faster than dict index (every L)",
+                        "value": f"min {_fmt_ratio(min(dr))}", "pass": min(dr) >= 5})
+        mem = sres["memory"].get(IDX_FIRST, {})
+        big = str(1 << 20)
+        if mem.get(big) is not None:
+            after = sres["memory"].get(IDX_FIRST + " after steps", {}).get(big)
+            extra = f" (after the timed steps: {after:.1f})" if after is not None else ""
+            out.append({"stream": sname, "criterion": "NgramIndex[first] memory <= 64 B/token at 1M",
+                        "value": f"{mem[big]:.1f} B/token{extra}", "pass": mem[big] <= 64})
+    return out
+
+
+def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str]) -> Optional[str]:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        return f"no plot (matplotlib: {exc!r})"
+    names = list(results)
+    fig, axes = plt.subplots(1, len(names), figsize=(6.5 * len(names), 5), squeeze=False,
+                             sharey=True)
+    styles = {M_TORCH: ("tab:red", "o", "-"), M_HF: ("tab:orange", "s", "-"),
+              M_DICT: ("tab:purple", "^", "-"), M_FIND: ("tab:blue", "D", "-"),
+              M_IDX.format("first"): ("tab:green", "o", "-"),
+              M_IDX.format("recent"): ("tab:olive", "v", "--"),
+              M_IDX.format("frequent"): ("tab:cyan", "x", "--")}
+    for ax, sname in zip(axes[0], names):
+        t = results[sname]["time"]
+        for m in methods:
+            cells = t.get(m, {})
+            xs = [L for L in sizes if str(L) in cells]
+            if not xs:
+                continue
+            color, marker, ls = styles.get(m, (None, ".", "-"))
+            ax.plot(xs, [cells[str(L)]["us"] for L in xs], marker=marker, ls=ls,
+                    color=color, label=m)
+        ax.axhline(0.5, color="grey", lw=0.8, ls=":")
+        ax.text(sizes[-1], 0.5, "0.5 us target ", va="top", ha="right", fontsize=8,
+                color="grey")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("context length L (tokens)")
+        ax.set_title(f"stream: {sname}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("time per generation step (us)")
+    axes[0][-1].legend(fontsize=8, loc="upper left")
+    fig.suptitle("prompt lookup: time per step vs context length (lower is better)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+# ------------------------------------------------------------------ checks
+
+def _check_agreement(L: int, j: int, ctx_t, cidx, didx, torch_seed, pld, hf_make) -> None:
+    """All seed-semantics answers must agree at context length L + j."""
+    a = cidx.propose(K)
+    b = didx.propose(K)
+    c = torch_seed(ctx_t, MAX_N, K).tolist()
+    d = pld.find_candidate_pred_tokens(ctx_t, MAX_N, K).tolist()
+    if not (a == b == c == d):
+        raise AssertionError(
+            f"disagreement at context length {L + j}: NgramIndex={a} dict={b} "
+            f"torch_seed={c} pld.find={d}")
+    if hf_make is not None:
+        n = ctx_t.size(1)
+        call, _ = hf_make(n + 100)
+        if call is not None:
+            from .baselines import transformers_draft
+            h = transformers_draft(call(ctx_t), n)
+            p = pld.find_candidate_pred_tokens(ctx_t, MAX_N, K, semantics="transformers",
+                                               max_length=n + 100).tolist()
+            q = cidx.propose(K, semantics="transformers", max_length=n + 100)
+            if not (h == p == q):
+                raise AssertionError(
+                    f"transformers semantics disagree at {n}: transformers={h} "
+                    f"pld.find={p} NgramIndex={q}")
+
+
+def dict_memory(tokens: np.ndarray, L: int) -> float:
+    """Bytes per token of a PyDictIndex over tokens[:L], via tracemalloc
+    (dict, keys, token list and the token int objects it holds)."""
+    from .baselines import PyDictIndex
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        ix = PyDictIndex(MAX_N, MIN_N)
+        ix.extend_many(tokens[:L].tolist())
+        gc.collect()
+        used = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    del ix
+    return used / L
+
+
+# -------------------------------------------------------------------- run
+
+def run(args: argparse.Namespace) -> int:
+    import pld
+    from . import baselines, streams
+
+    if args.sizes:
+        sizes = sorted({int(s) for s in args.sizes.replace(" ", "").split(",") if s})
+    elif args.quick:
+        sizes = list(QUICK_SIZES)
+    else:
+        sizes = list(DEFAULT_SIZES)
+    if not sizes or sizes[0] < 16:
+        print("--sizes: every size must be >= 16", file=sys.stderr)
+        return 2
+    steps, batch, repeats, budget = args.steps, args.batch, args.repeats, args.budget
+    if args.quick:
+        steps, repeats, budget = min(steps, 2000), min(repeats, 10), min(budget, 0.3)
+    batch = max(1, min(batch, steps))
+    stream_names = ["real", "random"] if args.stream == "both" else [args.stream]
+    os.makedirs(args.out, exist_ok=True)
+
+    try:
+        from tqdm.auto import tqdm
+    except Exception:
+        tqdm = None
+
+    try:
+        import torch
+    except Exception as exc:
+        torch = None
+        print(f"torch not importable ({exc!r}): torch_seed, transformers and the "
+              "tensor calls of pld.find_candidate_pred_tokens use numpy arrays / are skipped")
+
+    if torch is not None and args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
+
+    hf_note = ""
+    hf_make = None
+    if torch is not None:
+        probe, hf_note = baselines.make_transformers_generator(sizes[0] + 100)
+        if probe is not None:
+            hf_make = baselines.make_transformers_generator
+        else:
+            print(f"transformers baseline skipped: {hf_note}")
+
+    info = {"machine": machine_info(), "versions": versions(),
+            "config": {"sizes": sizes, "num_pred_tokens": K, "max_ngram_size": MAX_N,
+                       "min_ngram_size": MIN_N, "steps": steps, "batch": batch,
+                       "repeats": repeats, "budget_s": budget, "quick": args.quick,
+                       "transformers_note": hf_note}}
+    m, v = info["machine"], info["versions"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, load avg {m.get('loadavg_at_start')}")
+    print("versions: " + ", ".join(f"{k} {v[k]}" for k in
+                                   ("python", "torch", "transformers", "numpy", "pld")))
+
+    floor = time_steps({"floor": (abs, abs)}, list(range(1000, 1000 + max(steps, 2000))),
+                       batch)["floor"]["us"]
+    info["harness_floor_us"] = floor
+    print(f"harness floor (the step loop with two builtin calls): {floor:.3f} us/step")
+
+    need = sizes[-1] + steps + 16
+    methods = [M_TORCH, M_HF, M_DICT, M_FIND] + [M_IDX.format(p) for p in POLICIES]
+    results: Dict[str, Dict] = {}
+    n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
+    bar = tqdm(total=n_cells, unit="cell", dynamic_ncols=True) if tqdm else None
+    log = (bar.write if bar else print)
+    t_start = time.perf_counter()
+
+    for sname in stream_names:
+        stream = streams.get_stream(sname, need, log=log)
+        toks = stream.tokens
+        if toks.size < need:
+            raise RuntimeError(f"stream {sname} has {toks.size} tokens, need {need}")
+        log(f"stream {sname}: {stream.description} ({toks.size:,} tokens)")
+        tl = toks[:need].tolist()
+        toks_t = torch.from_numpy(np.ascontiguousarray(toks[:need])) if torch is not None else None
+        tres: Dict[str, Dict] = {mm: {} for mm in methods}
+        mres: Dict[str, Dict] = {M_IDX.format(p): {} for p in POLICIES}
+        for p in POLICIES:  # the same index after the timed steps (L + steps tokens)
+            mres[M_IDX.format(p) + " after steps"] = {}
+        if not args.no_dict_memory:
+            mres[M_DICT + " (tracemalloc)"] = {}
+        didx = baselines.PyDictIndex(MAX_N, MIN_N)
+        # the same contexts for the one-shot methods: stream[:L + s]
+        offsets = [min(steps - 1, o) for o in (0, 1, 2, 97, 389, 1231, 4099, 9973, 15013, 19997)]
+        offsets = sorted(set(o for o in offsets if o < steps))
+        for L in sizes:
+            key = str(L)
+            follow = tl[L:L + steps]
+
+            def tick(label):
+                if bar:
+                    bar.set_description(f"{sname} L={_label(L)} {label}")
+                    bar.update(1)
+
+            # --- indexes: build (untimed), check, time
+            didx.extend_many(tl[len(didx):L])
+            if toks_t is not None:  # agreement checks on a throwaway C index
+                chk = pld.NgramIndex(MAX_N, MIN_N, "first")
+                chk.extend(toks[:L])
+                for j in range(min(args.checks, steps)):
+                    _check_agreement(L, j, toks_t[None, :L + j], chk, didx,
+                                     baselines.torch_seed_find_candidate_pred_tokens,
+                                     pld, hf_make if j == 0 else None)
+                    chk.extend(tl[L + j])
+                    didx.extend(tl[L + j])
+                didx.truncate(L)
+                del chk
+            cidx = {}
+            for pol in POLICIES:
+                ix = pld.NgramIndex(MAX_N, MIN_N, pol)
+                ix.extend(toks[:L])
+                mres[M_IDX.format(pol)][key] = ix.nbytes / L
+                cidx[M_IDX.format(pol)] = ix
+            group = {name: (ix.propose, ix.extend) for name, ix in cidx.items()}
+            group[M_DICT] = (didx.propose, didx.extend)
+            for name, stats in time_steps(group, follow, batch).items():
+                tres[name][key] = stats
+            for name, ix in cidx.items():
+                mres[name + " after steps"][key] = ix.nbytes / len(ix)
+            del cidx, group, ix
+            didx.truncate(L)
+            tick("indexes")
+            if not args.no_dict_memory and L <= args.dict_memory_max:
+                mres[M_DICT + " (tracemalloc)"][key] = dict_memory(toks, L)
+
+            # --- one-shot methods on [1, L + s]
+            if toks_t is not None:
+                ctxs = [toks_t[None, :L + s] for s in offsets]
+                tres[M_FIND][key] = time_oneshot(
+                    lambda c: pld.find_candidate_pred_tokens(c, MAX_N, K), ctxs, repeats, budget)
+                tick("pld.find")
+                tres[M_TORCH][key] = time_oneshot(
+                    lambda c: baselines.torch_seed_find_candidate_pred_tokens(c, MAX_N, K),
+                    ctxs, repeats, budget)
+                tick("torch_seed")
+                if hf_make is not None:
+                    calls = [(hf_make(c.size(1) + 100)[0], c) for c in ctxs]
+                    tres[M_HF][key] = time_oneshot(lambda fc: fc[0](fc[1]), calls,
+                                                   repeats, budget)
+                    tick("transformers")
+            else:
+                arrs = [toks[None, :L + s] for s in offsets]
+                tres[M_FIND][key] = time_oneshot(
+                    lambda c: pld.find_candidate_pred_tokens(c, MAX_N, K), arrs, repeats, budget)
+                tick("pld.find")
+        del didx
+        gc.collect()
+        results[sname] = {"description": stream.description, "fallback": stream.fallback,
+                          "tokens": int(toks.size), "time": {k2: v2 for k2, v2 in tres.items() if v2},
+                          "memory": mres}
+    if bar:
+        bar.close()
+    elapsed = time.perf_counter() - t_start
+
+    try:
+        info["loadavg_at_end"] = list(os.getloadavg())
+    except OSError:
+        pass
+    crit = criteria(results, sizes)
+    md = [f"# pld lookup benchmark\n",
+          f"- machine: {m['cpu']}, {m['cores']} cores (load avg at start {m.get('loadavg_at_start')})",
+          "- versions: " + ", ".join(f"{k} {v[k]}" for k in
+                                     ("python", "torch", "transformers", "numpy", "pld")),
+          f"- lookup: max_ngram_size={MAX_N}, num_pred_tokens={K}; index steps: {steps} "
+          f"in batches of {batch} (median of batch means); one-shot: median of batch means, "
+          f"<= {repeats} batches / {budget} s per cell; gc off while timing",
+          f"- torch threads: {v.get('torch_threads')}; load avg at start "
+          f"{m.get('loadavg_at_start')}, at end {info.get('loadavg_at_end')}",
+          f"- harness floor (step loop calling two no-op builtins): {floor:.3f} us/step",
+          f"- memory: pld = NgramIndex.nbytes / L at L, and / (L + {steps}) after the timed "
+          "steps; dict = tracemalloc (dict, keys, token list and ints)",
+          f"- run time {elapsed:.0f} s\n"]
+    for sname, sres in results.items():
+        md.append(f"## stream `{sname}`: time per step (us)\n")
+        md.append(f"{sres['description']}, {sres['tokens']:,} tokens\n")
+        md.append(speed_table(sres["time"], sizes, methods) + "\n")
+        md.append(f"### stream `{sname}`: memory (bytes per context token)\n")
+        md.append(memory_table(sres["memory"], sizes) + "\n")
+    md.append("## criteria\n")
+    md.append("| stream | criterion | value | pass |\n|---|---|---|---|")
+    for c in crit:
+        md.append(f"| {c['stream']} | {c['criterion']} | {c['value']} | "
+                  f"{'PASS' if c['pass'] else 'FAIL'} |")
+    text = "\n".join(md) + "\n"
+    print()
+    print(text)
+
+    with open(os.path.join(args.out, "table.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "results.json"), "w") as f:
+        json.dump({**info, "elapsed_s": elapsed, "results": results, "criteria": crit},
+                  f, indent=2)
+    note = plot(results, sizes, os.path.join(args.out, "lookup.png"), methods)
+    if note:
+        print(note)
+    print(f"wrote {args.out}/table.md, results.json" + ("" if note else ", lookup.png"))
+    return 0
