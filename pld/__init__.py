@@ -15,7 +15,32 @@ POLICIES = ("first", "recent", "frequent")
 #: The lookup semantics (see find_candidate_pred_tokens).
 SEMANTICS = ("seed", "transformers")
 
+_LAZY = {
+    # these need torch and transformers, imported on first use
+    "enable": "hf", "disable": "hf", "enabled": "hf", "is_enabled": "hf",
+    "PromptLookupCandidateGenerator": "hf",
+    "generate": "generate", "Generation": "generate",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'pld' has no attribute {name!r}")
+
+
 __all__ = [
+    "Generation",
+    "PromptLookupCandidateGenerator",
+    "disable",
+    "enable",
+    "enabled",
+    "generate",
+    "is_enabled",
     "POLICIES",
     "SEMANTICS",
     "Generator",

@@ -1,0 +1,19 @@
+from typing import Any, ContextManager
+
+from ._core import Generator as Generator
+from ._core import NgramIndex as NgramIndex
+from ._core import accept_greedy as accept_greedy
+from ._core import accept_greedy_logits as accept_greedy_logits
+from ._core import accept_sample as accept_sample
+from .generate import Generation as Generation
+from .generate import generate as generate
+from .hf import PromptLookupCandidateGenerator as PromptLookupCandidateGenerator
+from .hf import disable as disable
+from .hf import enable as enable
+from .hf import enabled as enabled
+from .hf import is_enabled as is_enabled
+from .lookup import find_candidate_pred_tokens as find_candidate_pred_tokens
+
+__version__: str
+POLICIES: tuple
+SEMANTICS: tuple

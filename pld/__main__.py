@@ -1,0 +1,18 @@
+"""python -m pld COMMAND: `demo` (prompt lookup vs greedy on the embedded
+model) or `bench` (benchmarks, see `python -m pld bench --help`)."""
+import sys
+
+
+def main() -> int:
+    commands = {"demo": "pld.demo", "bench": "pld.bench.__main__"}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        print(__doc__.strip(), file=sys.stderr)
+        return 2
+    import importlib
+
+    command = sys.argv[1]
+    return importlib.import_module(commands[command]).main(sys.argv[2:]) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

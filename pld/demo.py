@@ -1,0 +1,119 @@
+"""The main job: prompt lookup against plain greedy on one prompt that copies
+from its input, on the embedded model (offline) or a model you name."""
+from __future__ import annotations
+
+import argparse
+import inspect
+import platform
+import sys
+import time
+from typing import Any, List, Optional
+
+DEFAULT_TASK = (
+    "Here is a Python function:\n\n```python\n{code}```\n\n"
+    "Rewrite this function with the parameter `text` renamed to `source`. "
+    "Keep everything else the same and output the complete function."
+)
+
+
+def default_prompt() -> str:
+    """A code-editing request over standard-library source (on every machine)."""
+    import textwrap
+
+    return DEFAULT_TASK.format(code=inspect.getsource(textwrap.indent))
+
+
+def build_input_ids(tokenizer: Any, prompt: str) -> Any:
+    import torch
+
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt")
+        if not isinstance(ids, torch.Tensor):  # some versions return a BatchEncoding
+            ids = ids["input_ids"]
+        return ids
+    return tokenizer(prompt, return_tensors="pt").input_ids
+
+
+def _timed(fn) -> tuple:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pld demo", description=__doc__)
+    parser.add_argument("--model", default=None,
+                        help="a local folder, a .gguf file, or a Hub id (default: the embedded SmolLM2-135M-Instruct)")
+    parser.add_argument("--prompt-file", default=None, help="read the prompt from this file")
+    parser.add_argument("-k", "--num-pred-tokens", type=int, default=10, help="draft length (default 10)")
+    parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram to match (default 3)")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args(argv)
+
+    import torch
+    import transformers
+
+    import pld
+    from . import models
+
+    torch.manual_seed(args.seed)
+    model, tokenizer = models.load(args.model, dtype=args.dtype)
+    prompt = open(args.prompt_file, encoding="utf-8").read() if args.prompt_file else default_prompt()
+    input_ids = build_input_ids(tokenizer, prompt)
+    name = args.model or models.EMBEDDED_NAME
+    print(f"model: {name} | {args.dtype} | CPU threads {torch.get_num_threads()} | "
+          f"torch {torch.__version__} | transformers {transformers.__version__} | pld {pld.__version__} | "
+          f"Python {platform.python_version()}")
+    print(f"prompt: {input_ids.shape[1]} tokens; k={args.num_pred_tokens}, max n-gram {args.max_ngram}, "
+          f"{'sampling' if args.sample else 'greedy'}, up to {args.max_new_tokens} new tokens\n")
+
+    sampling = dict(do_sample=True, temperature=0.7, top_p=0.9) if args.sample else dict(do_sample=False)
+    plain_kwargs = dict(max_new_tokens=args.max_new_tokens, **sampling)
+    if not args.sample:
+        plain_kwargs.update(temperature=None, top_p=None, top_k=None)
+
+    def plain():
+        torch.manual_seed(args.seed)
+        with torch.no_grad():
+            return model.generate(input_ids, **plain_kwargs)
+
+    def lookup():
+        torch.manual_seed(args.seed)
+        return pld.generate(model, input_ids, max_new_tokens=args.max_new_tokens,
+                            num_pred_tokens=args.num_pred_tokens, max_ngram_size=args.max_ngram,
+                            **({"do_sample": True, "temperature": 0.7, "top_p": 0.9} if args.sample else {}))
+
+    # warm-up: first calls pay for allocation and lazy initialisation
+    warm = input_ids[:, -64:]
+    with torch.no_grad():
+        model.generate(warm, max_new_tokens=8, do_sample=False)
+    pld.generate(model, warm, max_new_tokens=8)
+
+    base, t_base = _timed(plain)
+    result, t_pld = _timed(lookup)
+    n_base = base.shape[1] - input_ids.shape[1]
+    n_pld = len(result.new_tokens)
+    mode = args.color if args.color != "auto" else ("ansi" if sys.stdout.isatty() else "plain")
+    print(result.render(tokenizer, mode=mode))
+    print()
+    same = base[0, input_ids.shape[1]:].tolist() == result.new_tokens
+    stats = result.stats
+    rate_base, rate_pld = n_base / t_base, n_pld / t_pld
+    print(f"identical text:        {'yes' if same else 'no'}"
+          + ("" if same or not args.sample else " (sampling: a different draw is expected)"))
+    print(f"plain generate():      {n_base} tokens in {t_base:.2f} s = {rate_base:.1f} tokens/s")
+    print(f"prompt lookup (pld):   {n_pld} tokens in {t_pld:.2f} s = {rate_pld:.1f} tokens/s")
+    print(f"speedup:               {rate_pld / rate_base:.2f}x")
+    print(f"tokens per step:       {stats.tokens_per_step:.2f} "
+          f"({stats.steps} forward passes; {stats.accepted_draft_tokens}/{stats.proposed_tokens} "
+          f"draft tokens accepted; {100 * stats.forward_share:.0f}% of the time in the forward pass)")
+    return 0 if (same or args.sample) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""transformers glue: a CandidateGenerator backed by pld.NgramIndex, and the
+switch that makes ``model.generate(..., prompt_lookup_num_tokens=k)`` run
+pld's native loop (pld.loop.run).
+
+enable() swaps two things and disable() puts them back:
+- ``transformers.generation.utils.PromptLookupCandidateGenerator`` (bound
+  there at import, so that is the name generate() resolves), and
+- ``GenerationMixin._assisted_decoding``, which generate() looks up on the
+  model's class. The replacement serves prompt lookup natively and hands
+  anything it cannot serve exactly to the original, with one log line.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import logging
+from typing import Any, Iterator, List, Optional
+
+import torch
+from transformers.generation import utils as _gen_utils
+from transformers.generation.candidate_generator import CandidateGenerator
+
+from . import _core, loop
+
+logger = logging.getLogger("pld")
+
+# Model inputs the native loop knows how to carry; anything else (images,
+# encoder outputs, token types...) goes to transformers.
+_NATIVE_MODEL_KWARGS = frozenset({
+    "attention_mask", "past_key_values", "use_cache", "cache_position", "position_ids",
+    "output_attentions", "output_hidden_states", "return_dict", "logits_to_keep",
+})
+# Stopping criteria the loop applies itself (eos and the length budget).
+_NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
+
+
+def _eos_list(eos: Any) -> List[int]:
+    if eos is None:
+        return []
+    if isinstance(eos, torch.Tensor):
+        return [int(e) for e in eos.reshape(-1).tolist()]
+    if isinstance(eos, int):
+        return [eos]
+    return [int(e) for e in eos]
+
+
+class PromptLookupCandidateGenerator(CandidateGenerator):
+    """transformers' prompt-lookup candidate generator, on pld's C index.
+
+    Each call ingests only the tokens appended since the previous call (for
+    a GPU ``input_ids`` only that tail is copied to the host), so a call
+    costs the same at any context length. With ``policy="first"`` it
+    proposes what transformers' own generator proposes; one difference:
+    when logits processors forbid the draft's first token, transformers
+    tries a later occurrence and this generator proposes nothing.
+    """
+
+    requires_model_outputs = False
+
+    def __init__(
+        self,
+        eos_token_id: Any = None,
+        num_output_tokens: int = 10,
+        max_matching_ngram_size: int = 2,
+        max_length: int = 20,
+        logits_processor: Any = None,
+        vocab_size: Optional[int] = None,
+        *,
+        min_ngram_size: int = 1,
+        policy: str = "first",
+    ) -> None:
+        if max_matching_ngram_size is None or max_matching_ngram_size <= 0 or num_output_tokens <= 0:
+            raise ValueError("Invalid max_matching_ngram_size or num_output_tokens")
+        self.num_output_tokens = num_output_tokens
+        self.max_matching_ngram_size = max_matching_ngram_size
+        self.max_length = max_length
+        self.eos_token_id = eos_token_id
+        self.logits_processor = logits_processor
+        self.vocab_size = vocab_size
+        self._eos = _eos_list(eos_token_id)
+        self.index = _core.NgramIndex(max_matching_ngram_size, min_ngram_size, policy)
+        self._seen = 0
+
+    def _ingest(self, input_ids: torch.Tensor) -> None:
+        length = input_ids.shape[1]
+        if length < self._seen:  # a different (shorter) sequence: start over
+            self.index.truncate(0)
+            self._seen = 0
+        if length > self._seen:
+            self.index.extend(input_ids[0, self._seen:].tolist())
+            self._seen = length
+
+    def get_candidates(self, input_ids: torch.LongTensor, *args: Any, **kwargs: Any):
+        if input_ids.shape[0] != 1:
+            raise ValueError("prompt lookup supports batch size 1 only")
+        self._ingest(input_ids)
+        draft = self.index.propose(
+            self.num_output_tokens, semantics="transformers",
+            max_length=self.max_length, eos_token_id=self._eos or None)
+        if draft and self.logits_processor is not None and len(self.logits_processor) > 0:
+            draft = self._cut_forbidden(input_ids, draft)
+        if not draft:
+            return input_ids, None
+        tail = torch.tensor([draft], dtype=input_ids.dtype, device=input_ids.device)
+        return torch.cat((input_ids, tail), dim=1), None
+
+    def _cut_forbidden(self, input_ids: torch.Tensor, draft: List[int]) -> List[int]:
+        """Cut the draft before the first token the processors forbid."""
+        fake = torch.ones((1, self.vocab_size), device=input_ids.device, dtype=torch.float32)
+        draft_t = torch.tensor([draft], dtype=input_ids.dtype, device=input_ids.device)
+        lowest = torch.finfo(torch.float32).min
+        for i, token in enumerate(draft):
+            ids = input_ids if i == 0 else torch.cat((input_ids, draft_t[:, :i]), dim=1)
+            value = self.logits_processor(ids, fake.clone())[0, token]
+            if value == -float("inf") or value == lowest:
+                return draft[:i]
+        return draft
+
+    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor,
+                                  num_matches: int) -> None:
+        return None  # the draft length is fixed by prompt_lookup_num_tokens
+
+
+# --------------------------------------------------------------- the switch
+
+_original: dict = {}
+
+
+def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwargs: dict) -> Optional[str]:
+    """Why the native loop cannot serve this call exactly, or None."""
+    config = args["generation_config"]
+    if config.prompt_lookup_num_tokens is None:
+        return "not a prompt-lookup call"
+    if args.get("assistant_model") is not None:
+        return "an assistant model is set"
+    generator = args.get("candidate_generator")
+    if generator is not None and not isinstance(generator, PromptLookupCandidateGenerator):
+        return f"candidate generator {type(generator).__name__}"
+    for flag in ("assistant_early_exit", "use_mtp"):
+        if getattr(config, flag, None):
+            return f"generation_config.{flag} is set"
+    if getattr(model.config, "is_encoder_decoder", False):
+        return "encoder-decoder models are not supported natively"
+    if input_ids.shape[0] != 1:
+        return f"batch size {input_ids.shape[0]}"
+    if args.get("synced_gpus"):
+        return "synced_gpus"
+    if config.output_attentions or config.output_hidden_states:
+        return "output_attentions/output_hidden_states"
+    extra = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _NATIVE_MODEL_KWARGS)
+    if extra:
+        return f"model inputs {extra}"
+    cache = model_kwargs.get("past_key_values")
+    if cache is None or not hasattr(cache, "crop"):
+        return f"cache {type(cache).__name__} cannot be cropped"
+    if cache.get_seq_length() != 0:
+        return "the cache already holds tokens"
+    mask = model_kwargs.get("attention_mask")
+    if mask is not None and mask.shape != input_ids.shape:
+        return "attention_mask does not match input_ids"
+    return None
+
+
+def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+    original = _original["_assisted_decoding"]
+    bound = inspect.signature(original).bind(self, input_ids, *args, **kwargs)
+    bound.apply_defaults()
+    named = dict(bound.arguments)
+    model_kwargs = dict(named.pop("model_kwargs", {}) or {})
+    reason = _native_blocker(self, input_ids, named, model_kwargs)
+    if reason is not None:
+        logger.warning("pld: using transformers' assisted decoding (%s)", reason)
+        return original(self, input_ids, *args, **kwargs)
+
+    config = named["generation_config"]
+    criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA]
+    streamer = named.get("streamer")
+    want_dict = config.return_dict_in_generate
+    result = loop.run(
+        self,
+        input_ids,
+        cache=model_kwargs["past_key_values"],
+        max_new_tokens=max(0, config.max_length - input_ids.shape[1]),
+        num_pred_tokens=config.prompt_lookup_num_tokens,
+        max_ngram_size=config.max_matching_ngram_size or 2,
+        eos_token_ids=_eos_list(getattr(config, "_eos_token_tensor", None)),
+        attention_mask=model_kwargs.get("attention_mask"),
+        logits_processor=named["logits_processor"],
+        stopping_criteria=criteria,
+        do_sample=bool(config.do_sample),
+        streamer=streamer,
+        output_scores=bool(want_dict and config.output_scores),
+        output_logits=bool(want_dict and config.output_logits),
+    )
+    if streamer is not None:
+        streamer.end()
+    if want_dict:
+        return _gen_utils.GenerateDecoderOnlyOutput(
+            sequences=result.sequences,
+            scores=result.scores,
+            logits=result.logits,
+            past_key_values=result.past_key_values,
+        )
+    return result.sequences
+
+
+def enable() -> None:
+    """Route prompt-lookup generation through pld (idempotent)."""
+    if _original:
+        return
+    _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
+    _original["_assisted_decoding"] = _gen_utils.GenerationMixin._assisted_decoding
+    _gen_utils.PromptLookupCandidateGenerator = PromptLookupCandidateGenerator
+    _gen_utils.GenerationMixin._assisted_decoding = _pld_assisted_decoding
+
+
+def disable() -> None:
+    """Restore transformers exactly as it was (idempotent)."""
+    if not _original:
+        return
+    _gen_utils.PromptLookupCandidateGenerator = _original.pop("PromptLookupCandidateGenerator")
+    _gen_utils.GenerationMixin._assisted_decoding = _original.pop("_assisted_decoding")
+
+
+def is_enabled() -> bool:
+    return bool(_original)
+
+
+@contextlib.contextmanager
+def enabled() -> Iterator[None]:
+    """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``"""
+    was = is_enabled()
+    enable()
+    try:
+        yield
+    finally:
+        if not was:
+            disable()

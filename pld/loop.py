@@ -1,0 +1,307 @@
+"""The native prompt-lookup decoding loop: propose, verify, accept, update.
+
+One step:
+
+    propose  draft = index.propose(k)                 C, O(k)
+    verify   logits = model([pending..., *draft])     one forward, cache on
+    accept   chosen ids on the model's device (argmax, or a draw per row from
+             the processed distribution); k+1 ids to the host; n accepted in C
+    update   append chosen[:n+1]; crop the cache by k-n; index.extend; stops
+
+Nothing per step grows with the context on the host: the sequence lives in a
+preallocated device buffer that the stopping criteria and logits processors
+see as views, and the index only ingests the accepted tokens.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, List, Optional, Sequence
+
+import torch
+
+from . import _core
+
+# Warpers that treat each row on its own and never read input_ids: all draft
+# positions go through them in one call.
+_ROW_WISE_PROCESSORS = frozenset({
+    "TemperatureLogitsWarper",
+    "TopKLogitsWarper",
+    "TopPLogitsWarper",
+    "MinPLogitsWarper",
+    "TypicalLogitsWarper",
+    "EpsilonLogitsWarper",
+    "EtaLogitsWarper",
+    "LogitNormalization",
+    "InfNanRemoveLogitsProcessor",
+})
+
+
+@dataclass
+class StepRecord:
+    """One verified step: how many draft tokens were proposed and accepted."""
+
+    proposed: int
+    accepted: int
+    tokens: List[int]
+
+
+@dataclass
+class LoopStats:
+    """What a run of the loop cost and achieved."""
+
+    steps: int = 0
+    new_tokens: int = 0
+    proposed_tokens: int = 0
+    accepted_draft_tokens: int = 0
+    forward_seconds: float = 0.0
+    total_seconds: float = 0.0
+    records: List[StepRecord] = field(default_factory=list)
+
+    @property
+    def tokens_per_step(self) -> float:
+        return self.new_tokens / self.steps if self.steps else 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted_draft_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.total_seconds if self.total_seconds else 0.0
+
+    @property
+    def forward_share(self) -> float:
+        return self.forward_seconds / self.total_seconds if self.total_seconds else 0.0
+
+
+@dataclass
+class LoopResult:
+    sequences: torch.Tensor          # [1, prompt + new] on the model's device
+    stats: LoopStats
+    scores: Optional[tuple] = None   # processed scores, one [1, V] per new token
+    logits: Optional[tuple] = None   # raw logits, one [1, V] per new token
+    past_key_values: Any = None
+
+
+def _row_wise(processors: Sequence[Any]) -> bool:
+    return all(type(p).__name__ in _ROW_WISE_PROCESSORS for p in processors)
+
+
+def _forward_accepts(model: Any, name: str) -> bool:
+    import inspect
+
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def run(
+    model: Any,
+    input_ids: torch.Tensor,
+    *,
+    cache: Any,
+    max_new_tokens: int,
+    num_pred_tokens: int = 10,
+    max_ngram_size: int = 3,
+    min_ngram_size: int = 1,
+    policy: str = "first",
+    eos_token_ids: Sequence[int] = (),
+    attention_mask: Optional[torch.Tensor] = None,
+    logits_processor: Optional[Sequence[Any]] = None,
+    stopping_criteria: Optional[Sequence[Any]] = None,
+    do_sample: bool = False,
+    streamer: Any = None,
+    output_scores: bool = False,
+    output_logits: bool = False,
+    on_step: Optional[Callable[[StepRecord], None]] = None,
+    record_steps: bool = False,
+    adaptive: bool = False,
+) -> LoopResult:
+    """Generate up to ``max_new_tokens`` after ``input_ids`` ([1, L]).
+
+    ``cache`` is an empty (or prompt-free) transformers dynamic cache the
+    model fills. With ``adaptive`` the draft length moves between 1 and
+    ``num_pred_tokens`` (up 2 after a fully accepted draft, down 1 after a
+    rejection): a wide verification forward is not free on a CPU. The output
+    does not depend on it. ``stopping_criteria`` are called after every new token, as
+    in plain decoding, so a stop inside an accepted block ends the output
+    exactly where token-by-token decoding would; eos and the length budget
+    are handled here without calling them.
+    """
+    if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+        raise ValueError(f"input_ids: expected shape [1, L], got {tuple(input_ids.shape)}")
+    if num_pred_tokens < 1:
+        raise ValueError(f"num_pred_tokens must be >= 1, got {num_pred_tokens}")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    t_start = time.perf_counter()
+    device = input_ids.device
+    processors = list(logits_processor or [])
+    criteria = list(stopping_criteria or [])
+    row_wise = _row_wise(processors)
+    eos = set(int(e) for e in eos_token_ids)
+    stats = LoopStats()
+    scores: Optional[list] = [] if output_scores else None
+    raw: Optional[list] = [] if output_logits else None
+
+    prompt_len = input_ids.shape[1]
+    capacity = prompt_len + max_new_tokens + num_pred_tokens + 1
+    seq = torch.empty((1, capacity), dtype=torch.long, device=device)
+    seq[:, :prompt_len] = input_ids
+    # Positions follow the attention mask (left padding keeps its meaning).
+    if attention_mask is not None:
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError("attention_mask: expected the shape of input_ids")
+        mask = torch.ones((1, capacity), dtype=attention_mask.dtype, device=device)
+        mask[:, :prompt_len] = attention_mask
+        n_pad = int((attention_mask == 0).sum())
+    else:
+        mask = torch.ones((1, capacity), dtype=torch.long, device=device)
+        n_pad = 0
+    # HF's convention: positions count attended tokens; padding gets 1.
+    prompt_positions = mask[:, :prompt_len].long().cumsum(-1) - 1
+    prompt_positions.masked_fill_(mask[:, :prompt_len] == 0, 1)
+    positions = torch.cat(
+        [prompt_positions, torch.arange(prompt_len - n_pad, capacity - n_pad, device=device)[None]], dim=1)
+    wants_cache_position = _forward_accepts(model, "cache_position")
+    wants_logits_to_keep = _forward_accepts(model, "logits_to_keep")
+
+    index = _core.NgramIndex(max_ngram_size, min_ngram_size, policy)
+    index.extend(input_ids[0].tolist())
+    cur = prompt_len          # tokens in seq
+    cached = 0                # tokens in the cache
+    if hasattr(cache, "activate_past_recording"):
+        cache.activate_past_recording()
+
+    draft_len = num_pred_tokens
+    while cur - prompt_len < max_new_tokens:
+        budget = max_new_tokens - (cur - prompt_len)
+        # propose: the draft plus the bonus token must fit the budget
+        draft = index.propose(min(draft_len, budget - 1)) if budget > 1 else []
+        if eos:
+            draft = _cut_at(draft, eos)
+        k = len(draft)
+        if k:
+            seq[0, cur:cur + k] = torch.tensor(draft, dtype=torch.long)
+        # verify: the tokens not yet cached, then the draft, in one forward
+        inputs = {
+            "input_ids": seq[:, cached:cur + k],
+            "attention_mask": mask[:, :cur + k],
+            "position_ids": positions[:, cached:cur + k],
+            "past_key_values": cache,
+            "use_cache": True,
+        }
+        if wants_cache_position:
+            inputs["cache_position"] = torch.arange(cached, cur + k, device=device)
+        if wants_logits_to_keep:
+            inputs["logits_to_keep"] = k + 1
+        t_forward = time.perf_counter()
+        out = model(**inputs)
+        logits = out.logits[0, -(k + 1):]
+        # accept: choose on the model's device, k+1 ids to the host, compare in C
+        processed = None
+        if processors or output_scores or do_sample:
+            processed = _process(processors, row_wise, seq, cur,
+                                 logits.float().clone() if output_logits else logits.float())
+            if do_sample:
+                chosen = torch.multinomial(torch.softmax(processed, dim=-1), 1).squeeze(1).tolist()
+            else:
+                chosen = processed.argmax(dim=-1).tolist()
+            stats.forward_seconds += time.perf_counter() - t_forward
+            n, new = _core.accept_greedy(draft, chosen)
+        elif logits.device.type == "cpu":
+            stats.forward_seconds += time.perf_counter() - t_forward
+            n, new = _core.accept_greedy_logits(draft, logits)  # fused argmax + compare
+        else:
+            chosen = logits.argmax(dim=-1).tolist()
+            stats.forward_seconds += time.perf_counter() - t_forward
+            n, new = _core.accept_greedy(draft, chosen)
+        # update: eos or a stopping criterion inside the block ends it there
+        stop = False
+        keep = len(new)
+        for j, t in enumerate(new):
+            if t in eos:
+                keep, stop = j + 1, True
+                break
+        seq[0, cur:cur + keep] = torch.tensor(new[:keep], dtype=torch.long)
+        for j in range(keep if criteria else 0):
+            row = processed[j:j + 1] if processed is not None else None
+            if _should_stop(criteria, seq[:, :cur + j + 1], row):
+                keep, stop = j + 1, True
+                break
+        new = new[:keep]
+        accepted = min(n, keep)
+        # the cache keeps the pending tokens and the accepted draft tokens
+        surplus = k - accepted
+        if surplus > 0:
+            cache.crop(-surplus)
+        cached = cur + accepted
+        if scores is not None:
+            scores.extend(processed[j:j + 1] for j in range(keep))
+        if raw is not None:
+            raw.extend(out.logits[0, j - k - 1][None].float() for j in range(keep))
+        cur += keep
+        index.extend(new)
+        stats.steps += 1
+        stats.new_tokens += keep
+        stats.proposed_tokens += k
+        stats.accepted_draft_tokens += accepted
+        if adaptive and k:
+            draft_len = min(num_pred_tokens, draft_len + 2) if accepted == k else max(1, draft_len - 1)
+        if streamer is not None:
+            streamer.put(torch.tensor(new, dtype=torch.long))
+        if on_step is not None or record_steps:
+            record = StepRecord(proposed=k, accepted=accepted, tokens=new)
+            if record_steps:
+                stats.records.append(record)
+            if on_step is not None:
+                on_step(record)
+        if stop:
+            break
+    stats.total_seconds = time.perf_counter() - t_start
+    return LoopResult(
+        sequences=seq[:, :cur].clone(),
+        stats=stats,
+        scores=tuple(scores) if scores is not None else None,
+        logits=tuple(raw) if raw is not None else None,
+        past_key_values=cache,
+    )
+
+
+def _cut_at(draft: List[int], eos: set) -> List[int]:
+    for j, t in enumerate(draft):
+        if t in eos:
+            return draft[:j]
+    return draft
+
+
+def _process(processors: Sequence[Any], row_wise: bool, seq: torch.Tensor, cur: int,
+             logits: torch.Tensor) -> torch.Tensor:
+    """Apply the logits processors to the k+1 verified rows; row i sees the
+    sequence extended by the first i draft tokens, as decoding would."""
+    if not processors:
+        return logits
+    rows = logits.shape[0]
+    if row_wise:
+        ids = seq[:, :cur].expand(rows, cur)
+        for p in processors:
+            logits = p(ids, logits)
+        return logits
+    out = torch.empty_like(logits)
+    for i in range(rows):
+        row = logits[i:i + 1]
+        ids = seq[:, :cur + i]
+        for p in processors:
+            row = p(ids, row)
+        out[i] = row[0]
+    return out
+
+
+def _should_stop(criteria: Sequence[Any], ids: torch.Tensor, scores: Optional[torch.Tensor]) -> bool:
+    for c in criteria:
+        done = c(ids, scores)
+        if bool(done.any() if isinstance(done, torch.Tensor) else done):
+            return True
+    return False
