@@ -104,6 +104,8 @@ def generate(
     elif temperature is not None or top_k is not None or top_p is not None:
         raise ValueError("temperature/top_k/top_p need do_sample=True")
     device = next(model.parameters()).device
+    if streamer is not None:  # the streamer protocol of generate(): the prompt first
+        streamer.put(input_ids.cpu())
     with torch.no_grad():
         result = loop.run(
             model,

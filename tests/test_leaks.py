@@ -17,6 +17,10 @@ N = 100_000
 PAGE = os.sysconf("SC_PAGE_SIZE")
 # A leak of even 16 bytes per call would show as 1.6 MB over 100k calls.
 RSS_SLACK = 1_200_000
+# Under ASan (.ci/run sets PLD_SANITIZED=1) freed memory sits in a
+# quarantine, so RSS says nothing about leaks there; the reference counts
+# still do, and the plain run of the suite checks RSS.
+CHECK_RSS = os.environ.get("PLD_SANITIZED") != "1"
 
 
 def rss():
@@ -42,7 +46,8 @@ def run_flat(fn, objs, n=N, warmup=2000):
     gc.collect()
     after = rss()
     assert [sys.getrefcount(o) for o in objs] == refs
-    assert after - before < RSS_SLACK, f"RSS grew by {after - before} bytes"
+    if CHECK_RSS:
+        assert after - before < RSS_SLACK, f"RSS grew by {after - before} bytes"
 
 
 def raising(fn, exc=(TypeError, ValueError)):

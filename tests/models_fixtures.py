@@ -1,0 +1,150 @@
+"""Tiny random transformers models and prompts for the integration tests.
+
+Nothing here imports torch or transformers at import time: the test modules
+that use it carry the ``torch`` marker, and a run with ``-m "not torch"``
+must be able to collect them without loading torch.
+
+The models are built from configs (no Hub access), in float32 and eval
+mode, with fixed seeds; ``pad_token_id`` is the last id of the vocabulary,
+which prompts never use. Their generation config has no eos: a test passes
+the eos it wants explicitly.
+"""
+from __future__ import annotations
+
+import functools
+import random
+from typing import Any, List, Optional, Sequence
+
+import pytest
+
+VOCAB = 80
+PAD = VOCAB - 1
+PROMPT_VOCAB = VOCAB - 2  # prompts use ids 0 .. VOCAB - 3
+
+ARCHS = ("llama", "gpt2")
+ALL_ARCHS = ARCHS + ("gpt2-untied",)
+
+
+@pytest.fixture(scope="module", autouse=False)
+def one_thread():
+    """Run the module's tests with one intra-op thread (restored after).
+
+    The tiny models do microseconds of work per op; with several threads on
+    a busy machine the OpenMP hand-offs dominate (measured: 100x slower on
+    2 loaded cores). Test modules use it with
+    ``pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]``
+    after ``from models_fixtures import one_thread``.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_model(arch: str = "llama", vocab: int = VOCAB, seed: int = 0, attn: str = "sdpa") -> Any:
+    """A 2-layer, hidden-32 random model (cached: treat it as read-only)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    pad = vocab - 1
+    if arch == "llama":
+        config = LlamaConfig(
+            vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+            pad_token_id=pad, bos_token_id=None, eos_token_id=None, attn_implementation=attn)
+        model = LlamaForCausalLM(config)
+    elif arch in ("gpt2", "gpt2-untied"):
+        config = GPT2Config(
+            vocab_size=vocab, n_embd=32, n_layer=2, n_head=4, n_positions=1024,
+            # tied (the default), a random GPT-2 mostly repeats its last token:
+            # many accepted drafts; untied, its output varies more
+            tie_word_embeddings=(arch == "gpt2"),
+            pad_token_id=pad, bos_token_id=None, eos_token_id=None, attn_implementation=attn)
+        model = GPT2LMHeadModel(config)
+    else:
+        raise ValueError(arch)
+    model.eval()
+    gc = model.generation_config
+    gc.eos_token_id = None
+    gc.bos_token_id = None
+    gc.pad_token_id = pad
+    return model
+
+
+def repeated_prompt(rng: random.Random, vocab: int = PROMPT_VOCAB, min_len: int = 6,
+                    max_len: int = 60) -> List[int]:
+    """A random prompt made of random tokens and copies of its own spans, so
+    that prompt lookup finds matches (and often the tail repeats)."""
+    target = rng.randint(min_len, max_len)
+    alphabet = rng.randint(3, vocab)  # small alphabets give many n-gram matches
+    seq = [rng.randrange(alphabet) for _ in range(rng.randint(2, 6))]
+    while len(seq) < target:
+        if rng.random() < 0.6 and len(seq) >= 2:
+            a = rng.randrange(len(seq) - 1)
+            b = rng.randint(a + 1, min(len(seq), a + 12))
+            seq.extend(seq[a:b])
+        else:
+            seq.extend(rng.randrange(alphabet) for _ in range(rng.randint(1, 4)))
+    seq = seq[:target]
+    if rng.random() < 0.5 and len(seq) >= 4:  # end on a span that occurred before
+        a = rng.randrange(len(seq) - 3)
+        seq.extend(seq[a:a + rng.randint(1, 3)])
+    return seq
+
+
+def as_ids(tokens: Sequence[int]) -> Any:
+    import torch
+
+    return torch.tensor([list(tokens)], dtype=torch.long)
+
+
+def greedy(model: Any, ids: Any, max_new_tokens: int, eos: Any = None, **kwargs: Any) -> List[int]:
+    """Plain transformers greedy decoding; the new tokens as a list."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens,
+                             eos_token_id=eos, **kwargs)
+    return out[0, ids.shape[1]:].tolist()
+
+
+def hf_pld(model: Any, ids: Any, max_new_tokens: int, k: int, eos: Any = None,
+           ngram: Optional[int] = None, **kwargs: Any) -> List[int]:
+    """model.generate with prompt lookup while pld is enabled; the new tokens."""
+    import torch
+
+    import pld
+
+    with pld.enabled(), torch.no_grad():
+        out = model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
+                             prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram, **kwargs)
+    return out[0, ids.shape[1]:].tolist()
+
+
+class CountingRun:
+    """Wraps pld.loop.run (install with monkeypatch) to count native calls."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.calls = 0
+        self.results: list = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        result = self.run(*args, **kwargs)
+        self.results.append(result)
+        return result
+
+
+def install_counter(monkeypatch: Any) -> CountingRun:
+    from pld import loop
+
+    counter = CountingRun(loop.run)
+    monkeypatch.setattr(loop, "run", counter)
+    return counter
