@@ -739,13 +739,41 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
 
 /* ============================================================== NgramIndex */
 
+/* Drafts repeat the ids of frequent tokens: the first id seen in each
+ * slot of this small table keeps its int object, so propose() reuses it
+ * instead of allocating. Fill-once (no eviction): on a miss it allocates as
+ * usual, which keeps rare ids from churning the table. */
+#define PLD_INT_SLOTS 512
+
 typedef struct {
     PyObject_HEAD
     pld_index *index;
     int64_t *draft;     /* scratch for propose */
     size_t draft_cap;
     int busy;           /* set while the GIL is released over this index */
+    int64_t int_values[PLD_INT_SLOTS];
+    PyObject *int_objects[PLD_INT_SLOTS]; /* strong references or NULL */
 } NgramIndexObject;
+
+static PyObject *draft_int(NgramIndexObject *self, int64_t v)
+{
+    const size_t slot = (size_t)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 55) % PLD_INT_SLOTS;
+    PyObject *obj = self->int_objects[slot];
+    if (obj != NULL) {
+        if (self->int_values[slot] == v) {
+            Py_INCREF(obj);
+            return obj;
+        }
+        return PyLong_FromLongLong(v);
+    }
+    obj = PyLong_FromLongLong(v);
+    if (obj != NULL) {
+        self->int_values[slot] = v;
+        self->int_objects[slot] = obj;
+        Py_INCREF(obj);
+    }
+    return obj;
+}
 
 static const char *const policy_names[] = {"first", "recent", "frequent"};
 
@@ -807,6 +835,9 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
 
 static void NgramIndex_dealloc(NgramIndexObject *self)
 {
+    size_t i;
+    for (i = 0; i < PLD_INT_SLOTS; i++)
+        Py_CLEAR(self->int_objects[i]);
     pld_index_free(self->index);
     PyMem_Free(self->draft);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -860,8 +891,12 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     opts_holder oh;
     if (index_check(self) < 0)
         return NULL;
-    if (parse_fast_args("propose", args, nargs, kwnames, names, 4, 4, a) < 0)
+    if (kwnames == NULL && nargs <= 1) { /* the per-step call: propose(k) */
+        a[0] = nargs ? args[0] : NULL;
+        a[1] = a[2] = a[3] = NULL;
+    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 4, 4, a) < 0) {
         return NULL;
+    }
     if (a[0] && parse_size(a[0], "num_pred_tokens", 1, PLD_MAX_DRAFT, &k) < 0)
         return NULL;
     if (a[1] == NULL && a[2] == NULL && a[3] == NULL) {
@@ -882,7 +917,21 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     }
     n = pld_index_propose(self->index, k, &oh.opts, self->draft);
     opts_release(&oh);
-    return list_from_i64(self->draft, n);
+    {
+        PyObject *list = PyList_New((Py_ssize_t)n);
+        size_t i;
+        if (list == NULL)
+            return NULL;
+        for (i = 0; i < n; i++) {
+            PyObject *item = draft_int(self, self->draft[i]);
+            if (item == NULL) {
+                Py_DECREF(list);
+                return NULL;
+            }
+            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+        }
+        return list;
+    }
 }
 
 static PyObject *NgramIndex_truncate(NgramIndexObject *self, PyObject *arg)
