@@ -170,7 +170,7 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     reason = _native_blocker(self, input_ids, named, model_kwargs)
     if reason is not None:
         logger.warning("pld: using transformers' assisted decoding (%s)", reason)
-        return original(self, input_ids, *args, **kwargs)
+        return _within_max_length(original(self, input_ids, *args, **kwargs), named["generation_config"])
 
     config = named["generation_config"]
     criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA]
@@ -202,6 +202,24 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
             past_key_values=result.past_key_values,
         )
     return result.sequences
+
+
+def _within_max_length(output: Any, config: Any) -> Any:
+    """Some transformers releases (4.57) let an accepted draft run past
+    max_length; plain decoding never does, so neither does pld."""
+    limit = config.max_length
+    sequences = output if isinstance(output, torch.Tensor) else output.sequences
+    if limit is None or sequences.shape[1] <= limit:
+        return output
+    if isinstance(output, torch.Tensor):
+        return output[:, :limit]
+    extra = sequences.shape[1] - limit
+    output.sequences = sequences[:, :limit]
+    for name in ("scores", "logits", "attentions", "hidden_states"):
+        value = getattr(output, name, None)
+        if isinstance(value, tuple) and len(value) >= extra:
+            setattr(output, name, value[:len(value) - extra])
+    return output
 
 
 def enable() -> None:

@@ -86,7 +86,9 @@ def test_candidate_generator_matches_transformers(seed):
     ours = pld.PromptLookupCandidateGenerator(
         eos_token_id=_eos_tensor(eos), num_output_tokens=k, max_matching_ngram_size=ngram,
         max_length=max_length)
-    theirs = Original(eos_token_id=_eos_tensor(eos), num_output_tokens=k,
+    # transformers 4.57 needs an eos tensor (generate() always passes one):
+    # an id outside the vocabulary means "no eos" on every version.
+    theirs = Original(eos_token_id=_eos_tensor(eos if eos is not None else [10**9]), num_output_tokens=k,
                       max_matching_ngram_size=ngram, max_length=max_length)
     ours.index = RecordingIndex(ours.index)
     previous = 0
@@ -135,7 +137,8 @@ def test_candidate_generator_restarts_on_a_shorter_sequence():
 
     import pld
 
-    theirs = Original(num_output_tokens=4, max_matching_ngram_size=2, max_length=200)
+    theirs = Original(eos_token_id=_eos_tensor([10**9]), num_output_tokens=4,
+                      max_matching_ngram_size=2, max_length=200)
     rng = random.Random(5)
     for _ in range(20):
         # one generator per sequence: it trusts that a longer input extends
@@ -487,8 +490,11 @@ def test_disabled_means_transformers_runs(monkeypatch):
         pass
     import torch
 
+    # transformers 4.57's own prompt lookup needs an eos id: one greedy never emits
+    unused = next(t for t in range(model.config.vocab_size) if t not in expected)
     with torch.no_grad():
-        out = model.generate(ids, do_sample=False, max_new_tokens=10, prompt_lookup_num_tokens=4)
+        out = model.generate(ids, do_sample=False, max_new_tokens=10, prompt_lookup_num_tokens=4,
+                             eos_token_id=unused)
     assert out[0, ids.shape[1]:].tolist() == expected
     assert counter.calls == 0
     assert mf.hf_pld(model, ids, 10, 4) == expected

@@ -82,7 +82,8 @@ def transformers_draft(seq, max_n, k, max_length, eos):
     from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
 
     gen = PromptLookupCandidateGenerator(
-        eos_token_id=None if not eos else torch.tensor(list(eos), dtype=torch.long),
+        # an id no stream uses stands for "no eos": transformers 4.57 needs a tensor
+        eos_token_id=torch.tensor(list(eos) if eos else [10**9], dtype=torch.long),
         num_output_tokens=k,
         max_matching_ngram_size=max_n,
         max_length=max_length,
