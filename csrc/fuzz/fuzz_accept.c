@@ -19,6 +19,7 @@
  *   then draft bytes (k), uniform bytes (k + 1), element bytes
  */
 #include "pld.h"
+#include "tests/naive_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -28,56 +29,6 @@
 static const uint8_t *g_data;
 static size_t g_size, g_pos;
 static uint8_t next_byte(void) { return g_pos < g_size ? g_data[g_pos++] : 0; }
-
-static float f16_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1Fu,
-             man = h & 0x3FFu;
-    float v;
-    if (exp == 0)
-        v = ldexpf((float)man, -24);
-    else if (exp == 31)
-        v = man ? NAN : INFINITY;
-    else
-        v = ldexpf((float)(man | 0x400u), (int)exp - 25);
-    return sign ? -v : v;
-}
-
-static float elem(const void *p, pld_float_type ft, size_t i)
-{
-    uint16_t h;
-    uint32_t u;
-    float f;
-    if (ft == PLD_F32) {
-        memcpy(&f, (const char *)p + 4 * i, 4);
-        return f;
-    }
-    memcpy(&h, (const char *)p + 2 * i, 2);
-    if (ft == PLD_F16)
-        return f16_to_float(h);
-    u = (uint32_t)h << 16;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static int64_t naive_argmax(const void *p, pld_float_type ft, size_t row,
-                            size_t vocab)
-{
-    size_t j, best = 0;
-    float bv = elem(p, ft, row * vocab);
-    if (isnan(bv))
-        return 0;
-    for (j = 1; j < vocab; j++) {
-        float v = elem(p, ft, row * vocab + j);
-        if (isnan(v))
-            return (int64_t)j;
-        if (v > bv) {
-            bv = v;
-            best = j;
-        }
-    }
-    return (int64_t)best;
-}
 
 /* Fill one element from the input according to the value mode. */
 static void put(unsigned char *buf, pld_float_type ft, size_t i, int mode)
@@ -125,7 +76,7 @@ static int row_clean(const void *p, pld_float_type ft, size_t row, size_t vocab,
     double sum = 0, rest = 0;
     size_t j;
     for (j = 0; j < vocab; j++) {
-        float v = elem(p, ft, row * vocab + j);
+        float v = ref_elem(p, ft, row * vocab + j);
         if (isnan(v) || isinf(v) || v < 0)
             return 0;
         sum += v;
@@ -197,7 +148,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             return 0;
         }
         for (i = 0; i <= k; i++)
-            want[i] = naive_argmax(buf, ft, i, vocab);
+            want[i] = ref_argmax(buf, ft, i, vocab);
         want_n = 0;
         while (want_n < k && draft[want_n] == want[want_n])
             want_n++;
@@ -237,7 +188,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (out[i] != draft[i])
                 abort();
         /* the drawn token has positive mass and is not the rejected one */
-        if (!(elem(buf, ft, n * vocab + (size_t)out[n]) > 0))
+        if (!(ref_elem(buf, ft, n * vocab + (size_t)out[n]) > 0))
             abort();
         if (n < k && out[n] == draft[n])
             abort();
@@ -246,7 +197,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (!row_clean(buf, ft, i, vocab, -1, &sum))
                 abort(); /* a bad row was read yet the call succeeded */
             p = (draft[i] >= 0 && draft[i] < (int64_t)vocab)
-                    ? elem(buf, ft, i * vocab + (size_t)draft[i]) : 0.0;
+                    ? ref_elem(buf, ft, i * vocab + (size_t)draft[i]) : 0.0;
             if (i < n && u[i] * sum > p * (1 + 1e-5) + 1e-300)
                 abort(); /* accepted although clearly rejected */
             if (i == n && u[i] * sum < p * (1 - 1e-5))

@@ -5,8 +5,8 @@
  *
  * After every operation: all three hold the shadow sequence; FIRST
  * proposes exactly what pld_find_candidate_i64 finds; RECENT and FREQUENT
- * agree with brute-force references (while the sequence is short enough
- * for brute force). Aborts on any mismatch.
+ * agree with the brute-force references of tests/naive_reference.h (while
+ * the sequence is short enough for brute force). Aborts on any mismatch.
  *
  * Input layout:
  *   [0] min_n - 1 (mod 4)      [1] max_n - min_n (mod 5; 0x80: max_n 64)
@@ -20,6 +20,7 @@
  *     op % 8 in 6..7  propose with k = next byte % 20, opts from op bits
  */
 #include "pld.h"
+#include "tests/naive_reference.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,115 +28,6 @@
 
 #define CAP 2048
 #define BRUTE_MAX 300
-
-static int is_eos(int64_t tok, const pld_lookup_opts *o)
-{
-    size_t e;
-    if (o->semantics != PLD_TRANSFORMERS)
-        return 0;
-    for (e = 0; e < o->n_eos; e++)
-        if (o->eos[e] == tok)
-            return 1;
-    return 0;
-}
-
-static int suffix_at(const int64_t *t, size_t len, size_t i, size_t n)
-{
-    size_t j;
-    for (j = 0; j < n; j++)
-        if (t[i + j] != t[len - n + j])
-            return 0;
-    return 1;
-}
-
-/* The latest VALID occurrence (RECENT) by the letter of pld.h. */
-static size_t ref_recent(const int64_t *t, size_t len, size_t min_n,
-                         size_t max_n, size_t k, const pld_lookup_opts *o,
-                         size_t *start)
-{
-    size_t n, top;
-    *start = 0;
-    if (o->semantics == PLD_SEED) {
-        for (n = max_n < len ? max_n : len; n >= min_n && n >= 1; n--) {
-            size_t i = len - n + 1;
-            while (i-- > 0)
-                if (i + n + k <= len && i + n < len - n && suffix_at(t, len, i, n)) {
-                    *start = i + n;
-                    return k;
-                }
-        }
-        return 0;
-    }
-    if ((o->max_length >= 0 && (uint64_t)o->max_length == (uint64_t)len + 1) ||
-        len == 0)
-        return 0;
-    top = max_n < len - 1 ? max_n : len - 1;
-    for (n = top; n >= min_n && n >= 1; n--) {
-        size_t i = len - n + 1;
-        while (i-- > 0) {
-            size_t s = i + n, e = s + k, c = 0;
-            if (e > len)
-                e = len;
-            if (o->max_length >= 0 && (uint64_t)e > (uint64_t)o->max_length)
-                e = (size_t)o->max_length;
-            if (s < e && suffix_at(t, len, i, n)) {
-                while (s + c < e && !is_eos(t[s + c], o))
-                    c++;
-                *start = s;
-                return c;
-            }
-        }
-    }
-    return 0;
-}
-
-/* FREQUENT by the letter of pld.h. */
-static size_t ref_frequent(const int64_t *t, size_t len, size_t min_n,
-                           size_t max_n, size_t k, const pld_lookup_opts *o,
-                           int64_t *out)
-{
-    static int64_t buf[BRUTE_MAX + 64], ftok[BRUTE_MAX + 1];
-    static size_t fcnt[BRUTE_MAX + 1];
-    size_t kmax = k, d;
-    memcpy(buf, t, len * sizeof *buf);
-    if (o->semantics == PLD_TRANSFORMERS && o->max_length >= 0) {
-        int64_t room = o->max_length - (int64_t)len - 1;
-        if (room < 0)
-            room = 0;
-        if ((uint64_t)room < (uint64_t)kmax)
-            kmax = (size_t)room;
-    }
-    for (d = 0; d < kmax; d++) {
-        size_t cur = len + d, n;
-        size_t bestc = 0;
-        int64_t tok = 0;
-        for (n = max_n < cur ? max_n : cur; n >= min_n && n >= 1 && !bestc; n--) {
-            size_t i, nf = 0;
-            for (i = 0; i + n < len; i++) {
-                size_t j, f;
-                for (j = 0; j < n && t[i + j] == buf[cur - n + j]; j++)
-                    ;
-                if (j < n)
-                    continue;
-                for (f = 0; f < nf && ftok[f] != t[i + n]; f++)
-                    ;
-                if (f == nf) {
-                    ftok[nf] = t[i + n];
-                    fcnt[nf++] = 0;
-                }
-                if (++fcnt[f] > bestc) {
-                    bestc = fcnt[f];
-                    tok = ftok[f];
-                }
-            }
-        }
-        if (!bestc || is_eos(tok, o))
-            break;
-        buf[cur] = tok;
-        out[d] = tok;
-    }
-    return d;
-}
 
 static const uint8_t *g_data;
 static size_t g_size, g_pos;
@@ -197,7 +89,7 @@ static void check_all(pld_index *const ix[3], const int64_t *seq, size_t len,
     if (out[k] != -4242 || n > k)
         fail("RECENT wrote past k", seq, len, min_n, max_n, k, o, out, n, NULL, 0);
     if (len <= BRUTE_MAX) {
-        c = k ? ref_recent(seq, len, min_n, max_n, k, o, &s) : 0;
+        c = k ? ref_find(seq, len, min_n, max_n, k, o, 1, &s) : 0;
         if (n != c || (c && memcmp(out, seq + s, c * sizeof *out)))
             fail("RECENT != reference", seq, len, min_n, max_n, k, o, out, n,
                  seq + s, c);

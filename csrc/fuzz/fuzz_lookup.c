@@ -1,6 +1,7 @@
 /*
  * fuzz_lookup.c -- libFuzzer target: pld_find_candidate_i64 / _i32 against
- * a naive reference that follows pld.h literally. Aborts on any mismatch.
+ * a naive reference that follows pld.h literally (ref_find with latest = 0,
+ * tests/naive_reference.h). Aborts on any mismatch.
  *
  * Input layout:
  *   [0] min_n - 1 (low 3 bits; 0x80: min_n up to 70)
@@ -12,77 +13,13 @@
  *   [8..] one token per byte, byte % vocab mapped through a value table
  */
 #include "pld.h"
+#include "tests/naive_reference.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define MAX_LEN 4096
-
-static int is_eos(int64_t tok, const pld_lookup_opts *o)
-{
-    size_t e;
-    if (o->semantics != PLD_TRANSFORMERS)
-        return 0;
-    for (e = 0; e < o->n_eos; e++)
-        if (o->eos[e] == tok)
-            return 1;
-    return 0;
-}
-
-static int suffix_at(const int64_t *t, size_t len, size_t i, size_t n)
-{
-    size_t j;
-    for (j = 0; j < n; j++)
-        if (t[i + j] != t[len - n + j])
-            return 0;
-    return 1;
-}
-
-/* Earliest-occurrence lookup by the letter of pld.h; returns the count. */
-static size_t ref_find(const int64_t *t, size_t len, size_t min_n,
-                       size_t max_n, size_t k, const pld_lookup_opts *o,
-                       size_t *start)
-{
-    size_t n;
-    *start = 0;
-    if (o->semantics == PLD_SEED) {
-        for (n = max_n; n >= min_n; n--) {
-            size_t i;
-            if (n > len)
-                continue;
-            for (i = 0; !suffix_at(t, len, i, n); i++)
-                ;
-            if (i + n + k <= len && i + n < len - n) {
-                *start = i + n;
-                return k;
-            }
-        }
-        return 0;
-    }
-    if (o->max_length >= 0 && (uint64_t)o->max_length == (uint64_t)len + 1)
-        return 0;
-    if (len == 0)
-        return 0;
-    for (n = max_n < len - 1 ? max_n : len - 1; n >= min_n; n--) {
-        size_t i, s, e, c = 0;
-        for (i = 0; !suffix_at(t, len, i, n); i++)
-            ;
-        s = i + n;
-        e = s + k;
-        if (e > len)
-            e = len;
-        if (o->max_length >= 0 && (uint64_t)e > (uint64_t)o->max_length)
-            e = (size_t)o->max_length;
-        if (s < e) {
-            while (s + c < e && !is_eos(t[s + c], o))
-                c++;
-            *start = s;
-            return c;
-        }
-    }
-    return 0;
-}
 
 static void dump(const char *what, const int64_t *t, size_t len, size_t min_n,
                  size_t max_n, size_t k, const pld_lookup_opts *o, size_t gs,
@@ -161,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     /* int64 */
-    rc = ref_find(t64, len, min_n, max_n, k, &o, &rs);
+    rc = ref_find(t64, len, min_n, max_n, k, &o, 0, &rs);
     st = pld_find_candidate_i64(t64, len, min_n, max_n, k, &o, &s, &c);
     if (st != PLD_OK || c != rc || (rc && s != rs))
         dump("i64", t64, len, min_n, max_n, k, &o, s, c, rs, rc);
@@ -171,7 +108,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         eos[0] = (int32_t)((uint32_t)(data[5] % vocab) * 0x9E3779B1u);
         eos[1] = (int32_t)((uint32_t)(data[6] % vocab) * 0x9E3779B1u);
     }
-    rc = ref_find(tr, len, min_n, max_n, k, &o, &rs);
+    rc = ref_find(tr, len, min_n, max_n, k, &o, 0, &rs);
     st = pld_find_candidate_i32(t32, len, min_n, max_n, k, &o, &s, &c);
     if (st != PLD_OK || c != rc || (rc && s != rs))
         dump("i32", tr, len, min_n, max_n, k, &o, s, c, rs, rc);

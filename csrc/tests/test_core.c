@@ -3,10 +3,12 @@
  *
  * Every CHECK counts one passed or failed assertion; the program ends with
  * "test_core: N passed, M failed" and exits nonzero if M > 0. The naive
- * references below follow the text of pld.h literally (quadratic and
- * worse); the core must agree with them on every stream we throw at it.
+ * references (naive_reference.h) follow the text of pld.h literally
+ * (quadratic and worse); the core must agree with them on every stream we
+ * throw at it.
  */
 #include "pld.h"
+#include "naive_reference.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -74,165 +76,6 @@ static void print_opts(const pld_lookup_opts *o)
     for (e = 0; e < o->n_eos; e++)
         fprintf(stderr, "%s%lld", e ? "," : "", (long long)o->eos[e]);
     fprintf(stderr, "}\n");
-}
-
-/* ------------------------------------------------------ naive references */
-
-static int ref_is_eos(int64_t tok, const pld_lookup_opts *o)
-{
-    size_t e;
-    if (o->semantics != PLD_TRANSFORMERS)
-        return 0;
-    for (e = 0; e < o->n_eos; e++)
-        if (o->eos[e] == tok)
-            return 1;
-    return 0;
-}
-
-/* t[i..i+n) == t[len-n..len) */
-static int ref_suffix_at(const int64_t *t, size_t len, size_t i, size_t n)
-{
-    size_t j;
-    for (j = 0; j < n; j++)
-        if (t[i + j] != t[len - n + j])
-            return 0;
-    return 1;
-}
-
-/* Lookup by the letter of pld.h. latest == 0: earliest occurrence (FIRST,
- * pld_find_candidate_*); latest == 1: the latest VALID occurrence
- * (PLD_POLICY_RECENT). Returns the draft length; *start is the slice start. */
-static size_t ref_find(const int64_t *t, size_t len, size_t min_n,
-                       size_t max_n, size_t k, const pld_lookup_opts *o,
-                       int latest, size_t *start)
-{
-    size_t n;
-    *start = 0;
-    if (o->semantics == PLD_SEED) {
-        for (n = max_n; n >= min_n; n--) {
-            size_t i, best = (size_t)-1;
-            if (n > len)
-                continue;
-            for (i = 0; i + n <= len; i++) {
-                int valid;
-                if (!ref_suffix_at(t, len, i, n))
-                    continue;
-                valid = i + n + k <= len && i + n < len - n;
-                if (!latest) {
-                    if (valid)
-                        best = i;
-                    break; /* only the earliest occurrence counts */
-                }
-                if (valid)
-                    best = i;
-            }
-            if (best != (size_t)-1) {
-                *start = best + n;
-                return k;
-            }
-        }
-        return 0;
-    } else {
-        size_t top;
-        if (o->max_length >= 0 && (uint64_t)o->max_length == (uint64_t)len + 1)
-            return 0;
-        if (len == 0)
-            return 0;
-        top = max_n < len - 1 ? max_n : len - 1;
-        for (n = top; n >= min_n && n >= 1; n--) {
-            size_t i, best = (size_t)-1, bend = 0;
-            for (i = 0; i + n <= len; i++) {
-                size_t s = i + n, e = s + k;
-                if (!ref_suffix_at(t, len, i, n))
-                    continue;
-                if (e > len)
-                    e = len;
-                if (o->max_length >= 0 && (uint64_t)e > (uint64_t)o->max_length)
-                    e = (size_t)o->max_length;
-                if (!latest) {
-                    if (s < e) {
-                        best = i;
-                        bend = e;
-                    }
-                    break;
-                }
-                if (s < e) {
-                    best = i;
-                    bend = e;
-                }
-            }
-            if (best != (size_t)-1) {
-                size_t s = best + n, c = 0;
-                while (s + c < bend && !ref_is_eos(t[s + c], o))
-                    c++;
-                *start = s;
-                return c; /* cut to nothing: empty, no further n */
-            }
-        }
-        return 0;
-    }
-}
-
-/* FREQUENT by the letter of pld.h, brute force. Writes the draft to out. */
-static size_t ref_frequent(const int64_t *t, size_t len, size_t min_n,
-                           size_t max_n, size_t k, const pld_lookup_opts *o,
-                           int64_t *out)
-{
-    int64_t *buf = malloc((len + k + 1) * sizeof *buf);
-    int64_t *ftok = malloc((len + 1) * sizeof *ftok);
-    size_t *fcnt = malloc((len + 1) * sizeof *fcnt);
-    size_t kmax = k, d;
-    if (!buf || !ftok || !fcnt)
-        abort();
-    if (len)
-        memcpy(buf, t, len * sizeof *buf);
-    if (o->semantics == PLD_TRANSFORMERS && o->max_length >= 0) {
-        int64_t room = o->max_length - (int64_t)len - 1;
-        if (room < 0)
-            room = 0;
-        if ((uint64_t)room < (uint64_t)kmax)
-            kmax = (size_t)room;
-    }
-    for (d = 0; d < kmax; d++) {
-        size_t cur = len + d, n, top = max_n < cur ? max_n : cur;
-        int found = 0;
-        int64_t tok = 0;
-        for (n = top; n >= min_n && n >= 1 && !found; n--) {
-            size_t i, nf = 0, bestc = 0;
-            for (i = 0; i + n < len; i++) {
-                size_t j, f;
-                for (j = 0; j < n; j++)
-                    if (t[i + j] != buf[cur - n + j])
-                        break;
-                if (j < n)
-                    continue;
-                for (f = 0; f < nf; f++)
-                    if (ftok[f] == t[i + n])
-                        break;
-                if (f == nf) {
-                    ftok[nf] = t[i + n];
-                    fcnt[nf++] = 0;
-                }
-                fcnt[f]++;
-                if (fcnt[f] > bestc) { /* strictly more: first to reach wins */
-                    bestc = fcnt[f];
-                    tok = ftok[f];
-                }
-            }
-            if (bestc > 0)
-                found = 1;
-        }
-        if (!found)
-            break;
-        if (ref_is_eos(tok, o))
-            break;
-        buf[cur] = tok;
-        out[d] = tok;
-    }
-    free(buf);
-    free(ftok);
-    free(fcnt);
-    return d;
 }
 
 /* ---------------------------------------------------------- lookup tests */
@@ -697,56 +540,6 @@ static void test_index_long(void)
 
 /* ------------------------------------------------------ acceptance tests */
 
-static float f16_to_float(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1Fu,
-             man = h & 0x3FFu;
-    float v;
-    if (exp == 0)
-        v = ldexpf((float)man, -24);
-    else if (exp == 31)
-        v = man ? NAN : INFINITY;
-    else
-        v = ldexpf((float)(man | 0x400u), (int)exp - 25);
-    return sign ? -v : v;
-}
-
-static float bf16_to_float(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static float elem(const void *p, pld_float_type ft, size_t i)
-{
-    if (ft == PLD_F32)
-        return ((const float *)p)[i];
-    if (ft == PLD_F16)
-        return f16_to_float(((const uint16_t *)p)[i]);
-    return bf16_to_float(((const uint16_t *)p)[i]);
-}
-
-static int64_t naive_argmax(const void *p, pld_float_type ft, size_t row,
-                            size_t vocab)
-{
-    size_t j, best = 0;
-    float bv = elem(p, ft, row * vocab);
-    if (isnan(bv))
-        return 0;
-    for (j = 1; j < vocab; j++) {
-        float v = elem(p, ft, row * vocab + j);
-        if (isnan(v))
-            return (int64_t)j;
-        if (v > bv) {
-            bv = v;
-            best = j;
-        }
-    }
-    return (int64_t)best;
-}
-
 static void test_accept_ids(void)
 {
     const int64_t d[] = {1, 2, 3};
@@ -854,7 +647,7 @@ static void test_accept_logits_random(void)
             }
         }
         for (i = 0; i < rows; i++)
-            want[i] = naive_argmax(full, ft, i, vocab);
+            want[i] = ref_argmax(full, ft, i, vocab);
         for (i = 0; i < k; i++) /* mostly agree, sometimes not */
             draft[i] = t_below(5) ? want[i] : (int64_t)t_below(vocab + 1);
         want_n = 0;

@@ -1,0 +1,275 @@
+/*
+ * naive_reference.h -- brute-force references for the pld core, shared by
+ * tests/test_core.c and the libFuzzer targets in fuzz/.
+ *
+ * Each function follows the text of pld.h literally (quadratic and worse)
+ * and shares no code with pld_*.c, so the core must agree with it on every
+ * input. Nothing here is fast or clever on purpose: keep it that way.
+ *
+ *   ref_is_eos, ref_suffix_at   small helpers for the lookup references
+ *   ref_find                    pld_find_candidate_* / PLD_POLICY_FIRST
+ *                               (latest = 0) and PLD_POLICY_RECENT (latest = 1)
+ *   ref_frequent                PLD_POLICY_FREQUENT
+ *   ref_f16_to_float, ref_bf16_to_float, ref_elem
+ *                               element decoding for pld_float_type buffers
+ *   ref_argmax                  the per-row argmax of pld_accept_greedy_logits
+ *
+ * Preconditions are those of pld.h (1 <= min_n <= max_n, k >= 1 for the
+ * lookups, vocab >= 1 for ref_argmax); callers check argument errors
+ * against the core directly, never through these functions.
+ *
+ * All functions are `static inline` only so that a file using a subset of
+ * them gets no -Wunused-function warning; they are not meant to be fast.
+ * Link with -lm (ldexpf).
+ */
+#ifndef PLD_NAIVE_REFERENCE_H
+#define PLD_NAIVE_REFERENCE_H
+
+#include "pld.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------- lookup */
+
+/* 1 iff tok ends a draft: PLD_TRANSFORMERS and tok is one of eos[0..n_eos).
+ * Under PLD_SEED eos is ignored. */
+static inline int ref_is_eos(int64_t tok, const pld_lookup_opts *o)
+{
+    size_t e;
+    if (o->semantics != PLD_TRANSFORMERS)
+        return 0;
+    for (e = 0; e < o->n_eos; e++)
+        if (o->eos[e] == tok)
+            return 1;
+    return 0;
+}
+
+/* 1 iff t[i..i+n) == t[len-n..len), i.e. the suffix n-gram occurs at i.
+ * Requires n <= len and i + n <= len. */
+static inline int ref_suffix_at(const int64_t *t, size_t len, size_t i,
+                                size_t n)
+{
+    size_t j;
+    for (j = 0; j < n; j++)
+        if (t[i + j] != t[len - n + j])
+            return 0;
+    return 1;
+}
+
+/* Lookup by the letter of pld.h ("Lookup semantics").
+ *
+ * latest == 0: the EARLIEST occurrence of the suffix n-gram is the only one
+ *   considered for each n -- pld_find_candidate_* and PLD_POLICY_FIRST.
+ * latest == 1: the LATEST VALID occurrence of the suffix n-gram wins, with
+ *   the same validity rules -- PLD_POLICY_RECENT.
+ *
+ * Validity of an occurrence at i (start s = i + n):
+ *   PLD_SEED:          i + n + k <= len and i + n < len - n
+ *   PLD_TRANSFORMERS:  s < e, e = min(s + k, len, max_length if >= 0)
+ *
+ * Returns the draft length and sets *start to the draft's first position
+ * in t (the draft is t[*start .. *start + count)); *start is 0 when there
+ * is no match. Under PLD_TRANSFORMERS the draft is cut before its first eos
+ * token, and a draft cut to nothing is empty: no further n is tried. */
+static inline size_t ref_find(const int64_t *t, size_t len, size_t min_n,
+                              size_t max_n, size_t k,
+                              const pld_lookup_opts *o, int latest,
+                              size_t *start)
+{
+    size_t n;
+    *start = 0;
+    if (o->semantics == PLD_SEED) {
+        /* n from max_n down to min_n, skipping n > len */
+        for (n = max_n; n >= min_n; n--) {
+            size_t i, best = (size_t)-1;
+            if (n > len)
+                continue;
+            for (i = 0; i + n <= len; i++) {
+                int valid;
+                if (!ref_suffix_at(t, len, i, n))
+                    continue;
+                valid = i + n + k <= len && i + n < len - n;
+                if (valid)
+                    best = i;
+                if (!latest)
+                    break; /* only the earliest occurrence counts */
+            }
+            if (best != (size_t)-1) {
+                *start = best + n;
+                return k;
+            }
+        }
+        return 0;
+    } else {
+        size_t top;
+        if (o->max_length >= 0 && (uint64_t)o->max_length == (uint64_t)len + 1)
+            return 0;
+        if (len == 0)
+            return 0;
+        /* n from min(max_n, len - 1) down to min_n */
+        top = max_n < len - 1 ? max_n : len - 1;
+        for (n = top; n >= min_n && n >= 1; n--) {
+            size_t i, best = (size_t)-1, bend = 0;
+            for (i = 0; i + n <= len; i++) {
+                size_t s = i + n, e = s + k;
+                if (!ref_suffix_at(t, len, i, n))
+                    continue;
+                if (e > len)
+                    e = len;
+                if (o->max_length >= 0 && (uint64_t)e > (uint64_t)o->max_length)
+                    e = (size_t)o->max_length;
+                if (s < e) {
+                    best = i;
+                    bend = e;
+                }
+                if (!latest)
+                    break; /* only the earliest occurrence counts */
+            }
+            if (best != (size_t)-1) {
+                size_t s = best + n, c = 0;
+                while (s + c < bend && !ref_is_eos(t[s + c], o))
+                    c++;
+                *start = s;
+                return c; /* cut to nothing: empty, no further n */
+            }
+        }
+        return 0;
+    }
+}
+
+/* PLD_POLICY_FREQUENT by the letter of pld.h. The draft is built one token
+ * at a time: the next token is the most frequent follower (in t, i.e. a
+ * position i + n < len) of the longest suffix n-gram of t + draft-so-far
+ * that has any follower; a tie goes to the follower that reached the
+ * count first. Stops at k tokens, when no n-gram has a follower, or (under
+ * PLD_TRANSFORMERS) before an eos token and at max_length - len - 1 tokens.
+ * Writes the draft to out[0..return value) (out holds k tokens). */
+static inline size_t ref_frequent(const int64_t *t, size_t len, size_t min_n,
+                                  size_t max_n, size_t k,
+                                  const pld_lookup_opts *o, int64_t *out)
+{
+    int64_t *buf = malloc((len + k + 1) * sizeof *buf);  /* t + draft */
+    int64_t *ftok = malloc((len + 1) * sizeof *ftok);    /* followers seen */
+    size_t *fcnt = malloc((len + 1) * sizeof *fcnt);     /* and their counts */
+    size_t kmax = k, d;
+    if (!buf || !ftok || !fcnt)
+        abort();
+    if (len)
+        memcpy(buf, t, len * sizeof *buf);
+    if (o->semantics == PLD_TRANSFORMERS && o->max_length >= 0) {
+        int64_t room = o->max_length - (int64_t)len - 1;
+        if (room < 0)
+            room = 0;
+        if ((uint64_t)room < (uint64_t)kmax)
+            kmax = (size_t)room;
+    }
+    for (d = 0; d < kmax; d++) {
+        size_t cur = len + d, n, top = max_n < cur ? max_n : cur;
+        int found = 0;
+        int64_t tok = 0;
+        for (n = top; n >= min_n && n >= 1 && !found; n--) {
+            size_t i, nf = 0, bestc = 0;
+            for (i = 0; i + n < len; i++) {
+                size_t j, f;
+                for (j = 0; j < n; j++)
+                    if (t[i + j] != buf[cur - n + j])
+                        break;
+                if (j < n)
+                    continue;
+                for (f = 0; f < nf; f++)
+                    if (ftok[f] == t[i + n])
+                        break;
+                if (f == nf) {
+                    ftok[nf] = t[i + n];
+                    fcnt[nf++] = 0;
+                }
+                fcnt[f]++;
+                if (fcnt[f] > bestc) { /* strictly more: first to reach wins */
+                    bestc = fcnt[f];
+                    tok = ftok[f];
+                }
+            }
+            if (bestc > 0)
+                found = 1;
+        }
+        if (!found)
+            break;
+        if (ref_is_eos(tok, o))
+            break;
+        buf[cur] = tok;
+        out[d] = tok;
+    }
+    free(buf);
+    free(ftok);
+    free(fcnt);
+    return d;
+}
+
+/* --------------------------------------------------------- acceptance */
+
+/* IEEE binary16 bits to float, field by field (subnormals, inf, NaN). */
+static inline float ref_f16_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h >> 15) & 1u, exp = (h >> 10) & 0x1Fu,
+             man = h & 0x3FFu;
+    float v;
+    if (exp == 0)
+        v = ldexpf((float)man, -24);
+    else if (exp == 31)
+        v = man ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(man | 0x400u), (int)exp - 25);
+    return sign ? -v : v;
+}
+
+/* bfloat16 bits to float: the top half of a binary32. */
+static inline float ref_bf16_to_float(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Element i of a buffer of type ft, as float. Reads through memcpy, so p
+ * need not be aligned. ft must be PLD_F32, PLD_F16 or PLD_BF16. */
+static inline float ref_elem(const void *p, pld_float_type ft, size_t i)
+{
+    uint16_t h;
+    float f;
+    if (ft == PLD_F32) {
+        memcpy(&f, (const char *)p + 4 * i, 4);
+        return f;
+    }
+    memcpy(&h, (const char *)p + 2 * i, 2);
+    if (ft == PLD_F16)
+        return ref_f16_to_float(h);
+    return ref_bf16_to_float(h);
+}
+
+/* argmax of row `row` of a rows x vocab buffer (C order), as in pld.h's
+ * pld_accept_greedy_logits: the first maximal index, and NaN counts as the
+ * maximum (the first NaN wins, as in torch.argmax). vocab >= 1. */
+static inline int64_t ref_argmax(const void *p, pld_float_type ft, size_t row,
+                                 size_t vocab)
+{
+    size_t j, best = 0;
+    float bv = ref_elem(p, ft, row * vocab);
+    if (isnan(bv))
+        return 0;
+    for (j = 1; j < vocab; j++) {
+        float v = ref_elem(p, ft, row * vocab + j);
+        if (isnan(v))
+            return (int64_t)j;
+        if (v > bv) {
+            bv = v;
+            best = j;
+        }
+    }
+    return (int64_t)best;
+}
+
+#endif /* PLD_NAIVE_REFERENCE_H */
