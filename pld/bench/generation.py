@@ -202,11 +202,9 @@ def _table(rows: List[Dict[str, Any]], names: List[str]) -> str:
             ident = [v[m]["identical"] for v in have if v[m]["identical"] is not None]
             tpstep = [v[m]["tokens_per_step"] for v in have if "tokens_per_step" in v[m]]
             fshare = [v[m]["forward_share"] for v in have if "forward_share" in v[m]]
+            per_step = f"{statistics.mean(tpstep):.2f}" if tpstep else ""
+            forward = f"{100 * statistics.mean(fshare):.0f}%" if fshare else ""
             lines.append(
                 f"| {c} | {m} | {len(have)} | {tps:.2f} | {statistics.mean(sp):.2f} ± "
-                f"{statistics.pstdev(sp):.2f} | {vs_tr} | {sum(ident)}/{len(ident)} | "
-                f"{statistics.mean(tpstep):.2f} | " if tpstep else
-                f"| {c} | {m} | {len(have)} | {tps:.2f} | {statistics.mean(sp):.2f} ± "
-                f"{statistics.pstdev(sp):.2f} | {vs_tr} | {sum(ident)}/{len(ident)} | | ")
-            lines[-1] += f"{100 * statistics.mean(fshare):.0f}% |" if fshare else " |"
+                f"{statistics.pstdev(sp):.2f} | {vs_tr} | {sum(ident)}/{len(ident)} | {per_step} | {forward} |")
     return "\n".join(lines)
