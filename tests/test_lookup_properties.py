@@ -173,16 +173,22 @@ EXTREME64 = [I64_MIN, I64_MAX, -1, 0, 2**40, I64_MIN + 1, I64_MAX - 1, -(2**40)]
 EXTREME32 = [I32_MIN, I32_MAX, -1, 0, 1 << 20, I32_MIN + 1, I32_MAX - 1, -(1 << 20)]
 
 
-@settings(max_examples=EX)
-@given(case=lookups(max_len=800), perm=st.permutations(list(range(8))))
-def test_extreme_ids_int64(case, perm):
+def _mapped(case, perm, extremes):
+    """The case with its small ids (and eos ids) mapped to extreme ones."""
     seq, max_n, k, kw = case
-    table = [EXTREME64[p] for p in perm]
-    mapped = [table[t] for t in seq]
+    table = [extremes[p] for p in perm]
     kw = dict(kw)
     eos = kw.get("eos_token_id")
     if eos is not None:
         kw["eos_token_id"] = table[eos] if isinstance(eos, int) else [table[e] for e in eos]
+    return table, [table[t] for t in seq], kw, eos
+
+
+@settings(max_examples=EX)
+@given(case=lookups(max_len=800), perm=st.permutations(list(range(8))))
+def test_extreme_ids_int64(case, perm):
+    seq, max_n, k, _ = case
+    table, mapped, kw, eos = _mapped(case, perm, EXTREME64)
     expected = ref(mapped, max_n, k, kw)
     # the mapping is a bijection, so the draft is the mapped small-id draft
     small_kw = dict(kw)
@@ -195,13 +201,8 @@ def test_extreme_ids_int64(case, perm):
 @settings(max_examples=EX)
 @given(case=lookups(max_len=800), perm=st.permutations(list(range(8))))
 def test_extreme_ids_int32(case, perm):
-    seq, max_n, k, kw = case
-    table = [EXTREME32[p] for p in perm]
-    mapped = [table[t] for t in seq]
-    kw = dict(kw)
-    eos = kw.get("eos_token_id")
-    if eos is not None:
-        kw["eos_token_id"] = table[eos] if isinstance(eos, int) else [table[e] for e in eos]
+    _, max_n, k, _ = case
+    _, mapped, kw, _ = _mapped(case, perm, EXTREME32)
     expected = ref(mapped, max_n, k, kw)
     a32 = np.array(mapped, dtype=np.int32)
     assert as_list(pld.find_candidate_pred_tokens(a32, max_n, k, **kw)) == expected
