@@ -21,6 +21,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 
 from . import _core
+from .draft_length import DraftLength
 
 # Warpers that treat each row on its own and never read input_ids: all draft
 # positions go through them in one call.
@@ -122,10 +123,10 @@ def run(
     """Generate up to ``max_new_tokens`` after ``input_ids`` ([1, L]).
 
     ``cache`` is an empty (or prompt-free) transformers dynamic cache the
-    model fills. With ``adaptive`` the draft length moves between 1 and
-    ``num_pred_tokens`` (up 2 after a fully accepted draft, down 1 after a
-    rejection): a wide verification forward is not free on a CPU. The output
-    does not depend on it. ``stopping_criteria`` are called after every new token, as
+    model fills. With ``adaptive`` the draft length follows
+    :class:`pld.draft_length.DraftLength` (shorter drafts, and steps without
+    one, after rejections): a wide verification forward is not free. The
+    output does not depend on it. ``stopping_criteria`` are called after every new token, as
     in plain decoding, so a stop inside an accepted block ends the output
     exactly where token-by-token decoding would; eos and the length budget
     are handled here without calling them.
@@ -175,11 +176,12 @@ def run(
     if hasattr(cache, "activate_past_recording"):
         cache.activate_past_recording()
 
-    draft_len = num_pred_tokens
+    draft_length = DraftLength(num_pred_tokens, adaptive)
     while cur - prompt_len < max_new_tokens:
         budget = max_new_tokens - (cur - prompt_len)
         # propose: the draft plus the bonus token must fit the budget
-        draft = index.propose(min(draft_len, budget - 1)) if budget > 1 else []
+        want = min(draft_length.next(), budget - 1)
+        draft = index.propose(want) if want > 0 else []
         if eos:
             draft = _cut_at(draft, eos)
         k = len(draft)
@@ -248,8 +250,7 @@ def run(
         stats.new_tokens += keep
         stats.proposed_tokens += k
         stats.accepted_draft_tokens += accepted
-        if adaptive and k:
-            draft_len = min(num_pred_tokens, draft_len + 2) if accepted == k else max(1, draft_len - 1)
+        draft_length.update(k, accepted)
         if streamer is not None:
             streamer.put(torch.tensor(new, dtype=torch.long))
         if on_step is not None or record_steps:
