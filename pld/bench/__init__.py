@@ -1,13 +1,16 @@
-"""Benchmarks for pld, run as ``python -m pld.bench <subcommand> [options]``.
+"""Benchmarks for pld, run as ``python -m pld bench [subcommand] [options]``
+(or ``python -m pld.bench``). Without a subcommand it runs ``generation``.
 
-Subcommands (see ``python -m pld.bench --help``):
+Subcommands (see ``python -m pld bench --help``):
 
   lookup   time per generation step of the draft lookup against context
            length: plain-torch and transformers baselines, a pure-Python
            dict index, pld's one-shot C scan and pld.NgramIndex.
   generation
-           tokens/s of greedy, transformers' prompt lookup and pld on
-           Spec-Bench prompts, methods alternating per prompt.
+           the speedup tables: tokens/s of greedy, transformers' prompt
+           lookup and pld per task (summarization, RAG, two-turn chat,
+           code editing, translation), methods alternating per prompt;
+           built-in offline prompts, Spec-Bench, or the Hub datasets.
 
 The modules here need the optional ``bench`` extras (numpy, matplotlib,
 tqdm); torch and transformers are used when importable.
@@ -15,8 +18,9 @@ tqdm); torch and transformers are used when importable.
 
 #: subcommand name -> (module under pld.bench, one-line help)
 SUBCOMMANDS = {
+    "generation": ("generation", "speedup tables: greedy vs transformers' prompt lookup vs pld, per task"),
     "lookup": ("lookup", "time per step of the draft lookup vs context length"),
-    "generation": ("generation", "greedy vs transformers' prompt lookup vs pld, side by side"),
 }
+DEFAULT_SUBCOMMAND = "generation"
 
-__all__ = ["SUBCOMMANDS"]
+__all__ = ["SUBCOMMANDS", "DEFAULT_SUBCOMMAND"]

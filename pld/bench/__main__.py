@@ -1,4 +1,5 @@
-"""Entry point: ``python -m pld.bench <subcommand> [options]``."""
+"""Entry point: ``python -m pld.bench [subcommand] [options]``; without a
+subcommand (or with only options) it runs ``generation``."""
 from __future__ import annotations
 
 import argparse
@@ -6,12 +7,12 @@ import importlib
 import sys
 from typing import List, Optional
 
-from . import SUBCOMMANDS
+from . import DEFAULT_SUBCOMMAND, SUBCOMMANDS
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m pld.bench",
+        prog="python -m pld bench",
         description="pld benchmarks.")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     modules = {}
@@ -21,6 +22,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         p = sub.add_parser(name, help=help_text, description=module.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         module.add_arguments(p)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv.insert(0, DEFAULT_SUBCOMMAND)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()

@@ -1,210 +1,211 @@
-"""Side-by-side generation benchmark: plain greedy, transformers' prompt
-lookup, and pld (enabled through transformers, and its variants), on the same
-prompts in one process.
+"""Speedup tables: greedy, transformers' prompt lookup and pld side by side,
+per task, on the same prompts in one process.
 
-Methods alternate per prompt (the order rotates from prompt to prompt) so
-that machine drift hits all alike; one warm-up generation per method comes
-first. Every method's output is compared with greedy's, token for token.
-Results are appended to a JSONL file as they come, so an interrupted run
-resumes where it stopped.
+    python -m pld bench --limit 10                      # offline, built-in tasks
+    python -m pld bench --source spec-bench --data question.jsonl --tasks summarization,rag,chat
+    python -m pld bench --source hub --model mistralai/Mistral-7B-Instruct-v0.2 --device cuda --dtype float16
+
+Methods come from the registry in :mod:`pld.bench.methods` and alternate per
+prompt (the order rotates) so that machine drift hits all alike; each method
+generates once first as a warm-up. Every output is compared with greedy's,
+token for token. Two-turn chat: turn 2 sees greedy's answer to turn 1, the
+same text for every method. Each generation is appended to
+``OUT/results.jsonl`` as it finishes, so an interrupted run resumes where it
+stopped (rows of another configuration are ignored). At the end the report
+(:mod:`pld.bench.report`) writes the markdown table, CSV/JSON and plots.
+
+"Tokens per forward" counts the model's forward passes (with hooks), the
+prefill included, so it is the same measure for every method: 1.00 for
+greedy, and the mean tokens gained per verification step for prompt lookup.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
-import platform
-import statistics
 import time
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
-DEFAULT_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data",
-                            "spec_bench", "question.jsonl")
+from . import methods as registry
+from . import tasks as task_sources
+
+DEFAULT_SPEC_BENCH = os.path.normpath(os.path.join(
+    os.path.dirname(__file__), "..", "..", "..", "shared", "data", "spec_bench", "question.jsonl"))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", default=os.path.normpath(DEFAULT_DATA),
-                   help="a Spec-Bench style jsonl (question_id, category, turns)")
-    p.add_argument("--categories", default="summarization,rag")
-    p.add_argument("--limit", type=int, default=20, help="prompts per category")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--num-pred-tokens", type=int, default=10)
-    p.add_argument("--max-ngram", type=int, default=3)
-    p.add_argument("--methods", default="greedy,transformers,pld,pld_adaptive")
-    p.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M-Instruct")
-    p.add_argument("--out", default="bench-out/generation")
-    p.add_argument("--max-prompt-chars", type=int, default=0, help="truncate prompts (0: keep)")
+    p.add_argument("--source", choices=task_sources.SOURCES, default="builtin",
+                   help="where prompts come from (default: builtin, offline)")
+    p.add_argument("--data", default="", help="the spec-bench question.jsonl "
+                   f"(default when it exists: {DEFAULT_SPEC_BENCH})")
+    p.add_argument("--tasks", default="all", help=f"'all' or some of {','.join(task_sources.TASKS)}")
+    p.add_argument("--limit", type=int, default=10, help="prompts per task (default 10)")
+    p.add_argument("--methods", default="default",
+                   help="'default', 'all' or names from: " + ", ".join(registry.REGISTRY))
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--num-pred-tokens", type=int, default=10, help="draft length k (default 10)")
+    p.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched (default 3)")
+    p.add_argument("--model", default=None, help="a local folder, a .gguf file or a Hub id "
+                   "(default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
+    p.add_argument("--dtype", default="float32", help="float32, float16, bfloat16")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-
-
-def _methods(model: Any, args: argparse.Namespace) -> Dict[str, Callable[[Any], Dict[str, Any]]]:
-    import torch
-
-    import pld
-    from pld import loop
-    from transformers import DynamicCache
-
-    k, n = args.num_pred_tokens, args.max_ngram
-    common = dict(max_new_tokens=args.max_new_tokens, do_sample=False,
-                  temperature=None, top_p=None, top_k=None)
-    eos = model.generation_config.eos_token_id
-    eos = [eos] if isinstance(eos, int) else list(eos or [])
-
-    def greedy(ids):
-        with torch.no_grad():
-            return {"sequences": model.generate(ids, **common)}
-
-    def transformers_pl(ids):
-        with torch.no_grad():
-            return {"sequences": model.generate(ids, prompt_lookup_num_tokens=k,
-                                                max_matching_ngram_size=n, **common)}
-
-    def pld_enabled(ids):
-        with torch.no_grad(), pld.enabled():
-            return {"sequences": model.generate(ids, prompt_lookup_num_tokens=k,
-                                                max_matching_ngram_size=n, **common)}
-
-    def loop_variant(**kw):
-        def run(ids):
-            with torch.no_grad():
-                r = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=args.max_new_tokens,
-                             num_pred_tokens=k, max_ngram_size=n, eos_token_ids=eos, **kw)
-            s = r.stats
-            return {"sequences": r.sequences, "steps": s.steps, "tokens_per_step": s.tokens_per_step,
-                    "forward_share": s.forward_share}
-        return run
-
-    table = {
-        "greedy": greedy,
-        "transformers": transformers_pl,
-        "pld": pld_enabled,
-        "pld_loop": loop_variant(),
-        "pld_adaptive": loop_variant(adaptive=True),
-        "pld_recent": loop_variant(policy="recent"),
-        "pld_frequent": loop_variant(policy="frequent"),
-    }
-    chosen = [m.strip() for m in args.methods.split(",") if m.strip()]
-    unknown = [m for m in chosen if m not in table]
-    if unknown:
-        raise SystemExit(f"unknown methods {unknown}; known: {sorted(table)}")
-    if "greedy" not in chosen:
-        chosen.insert(0, "greedy")
-    return {m: table[m] for m in chosen}
-
-
-def _prompts(args: argparse.Namespace) -> List[Dict[str, Any]]:
-    wanted = [c.strip() for c in args.categories.split(",")]
-    out: List[Dict[str, Any]] = []
-    counts = {c: 0 for c in wanted}
-    with open(args.data, encoding="utf-8") as fh:
-        for line in fh:
-            q = json.loads(line)
-            c = q["category"]
-            if c in counts and counts[c] < args.limit:
-                text = q["turns"][0]
-                if args.max_prompt_chars:
-                    text = text[:args.max_prompt_chars]
-                out.append({"id": q["question_id"], "category": c, "text": text})
-                counts[c] += 1
-    return out
+    p.add_argument("--out", default="bench-out", help="folder for results.jsonl, tables and plots")
+    p.add_argument("--fresh", action="store_true", help="start over instead of resuming OUT/results.jsonl")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
-    import transformers
 
-    import pld
     from pld import models
-    from pld.demo import build_input_ids
 
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        def tqdm(x, **_):
-            return x
+    from . import report
 
+    tasks = task_sources.parse_tasks(args.tasks)
+    data = args.data or (DEFAULT_SPEC_BENCH if args.source == "spec-bench" else "")
+    prompts = task_sources.load(args.source, tasks, args.limit, data)
+    if not prompts:
+        raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
+    chosen = registry.select(args.methods)
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    model, tokenizer = models.load(args.model, dtype=args.dtype, device=device)
+    setup = registry.Setup(model, args.max_new_tokens, args.num_pred_tokens, args.max_ngram)
+    generators = registry.build(chosen, setup)
+    config = {"source": args.source, "model": args.model or models.EMBEDDED_NAME, "dtype": args.dtype,
+              "device": device, "max_new_tokens": args.max_new_tokens,
+              "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram}
+    fingerprint = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
+
     os.makedirs(args.out, exist_ok=True)
     results_path = os.path.join(args.out, "results.jsonl")
-    done = set()
-    if os.path.exists(results_path):
-        with open(results_path) as fh:
-            done = {(r["id"], r["method"]) for r in map(json.loads, fh)}
-    model, tokenizer = models.load(args.model)
-    methods = _methods(model, args)
-    prompts = _prompts(args)
-    names = list(methods)
-    warm = build_input_ids(tokenizer, "Repeat: the quick brown fox jumps over the lazy dog.")
-    for fn in methods.values():
-        fn(warm)
-    with open(results_path, "a") as log:
-        for i, p in enumerate(tqdm(prompts, desc="prompts")):
-            ids = build_input_ids(tokenizer, p["text"])
-            reference = None
+    if args.fresh and os.path.exists(results_path):
+        os.remove(results_path)
+    done = {_key(r): r for r in report.read_rows(results_path) if r.get("config") == fingerprint}
+
+    meter = ForwardMeter(model, synchronize=device.startswith("cuda"))
+    warm = chat_input_ids(tokenizer, ["Repeat exactly: the quick brown fox jumps over the lazy dog."], [])
+    for gen in generators.values():
+        gen(warm.to(device))
+
+    total = sum(len(p.turns) for p in prompts) * len(generators)
+    bar = _progress(total, disable=args.no_progress)
+    bar.update(sum(1 for p in prompts for t in range(len(p.turns)) for m in generators
+                   if (p.id, t + 1, m) in done))
+    names = list(generators)
+    with open(results_path, "a", encoding="utf-8") as log:
+        for i, p in enumerate(prompts):
             order = names[i % len(names):] + names[:i % len(names)]
-            outputs = {}
-            for m in order:
-                if (p["id"], m) in done:
-                    continue
-                start = time.perf_counter()
-                out = methods[m](ids)
-                seconds = time.perf_counter() - start
-                outputs[m] = (out, seconds)
-            greedy_out = outputs.get("greedy")
-            reference = greedy_out[0]["sequences"] if greedy_out else None
-            for m, (out, seconds) in outputs.items():
-                seq = out.pop("sequences")
-                new = seq.shape[1] - ids.shape[1]
-                row = {"id": p["id"], "category": p["category"], "method": m,
-                       "prompt_tokens": ids.shape[1], "new_tokens": new, "seconds": seconds,
-                       "tokens_per_second": new / seconds,
-                       "identical": None if reference is None else bool(torch.equal(seq, reference))}
-                row.update(out)
-                log.write(json.dumps(row) + "\n")
-            log.flush()
-    rows = [json.loads(x) for x in open(results_path)]
-    table = _table(rows, names)
-    caption = (f"model {args.model or models.EMBEDDED_NAME}, float32, CPU ({os.cpu_count()} cores, "
-               f"{torch.get_num_threads()} threads), torch {torch.__version__}, transformers "
-               f"{transformers.__version__}, pld {pld.__version__}, Python {platform.python_version()}; "
-               f"k={args.num_pred_tokens}, max n-gram {args.max_ngram}, {args.max_new_tokens} new tokens max")
-    text = f"{table}\n\n{caption}\n"
-    with open(os.path.join(args.out, "table.md"), "w") as fh:
-        fh.write(text)
+            answers: List[str] = []
+            for turn in range(1, len(p.turns) + 1):
+                ids = chat_input_ids(tokenizer, p.turns[:turn], answers).to(device)
+                for m in order:
+                    if (p.id, turn, m) in done:
+                        continue
+                    row = measure(generators[m], ids, tokenizer, meter)
+                    row.update(id=p.id, task=p.task, category=p.category, turn=turn, method=m,
+                               config=fingerprint)
+                    done[(p.id, turn, m)] = row
+                    log.write(json.dumps(row) + "\n")
+                    log.flush()
+                    bar.update(1)
+                answers.append(done[(p.id, turn, "greedy")]["text"])
+    bar.close()
+    meter.remove()
+    rows = [r for r in done.values()]
+    caption = report.caption(config, torch, model)
+    text = report.write(rows, names, args.out, caption)
     print(text)
     return 0
 
 
-def _table(rows: List[Dict[str, Any]], names: List[str]) -> str:
-    by = {}
-    for r in rows:
-        by.setdefault((r["category"], r["id"]), {})[r["method"]] = r
-    cats = sorted({c for c, _ in by})
-    lines = ["| category | method | prompts | tokens/s (total) | speedup vs greedy (mean ± std per prompt) "
-             "| vs transformers PL | identical | tokens/step | forward share |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|"]
-    for c in cats:
-        prompts = [v for (cc, _), v in by.items() if cc == c and "greedy" in v]
-        for m in names:
-            have = [v for v in prompts if m in v]
-            if not have:
-                continue
-            tps = sum(v[m]["new_tokens"] for v in have) / sum(v[m]["seconds"] for v in have)
-            sp = [v["greedy"]["seconds"] / v[m]["seconds"] * v[m]["new_tokens"] / max(1, v["greedy"]["new_tokens"])
-                  for v in have]
-            vs_tr = ""
-            tr = [v for v in have if "transformers" in v]
-            if tr:
-                a = sum(v[m]["new_tokens"] for v in tr) / sum(v[m]["seconds"] for v in tr)
-                b = sum(v["transformers"]["new_tokens"] for v in tr) / sum(v["transformers"]["seconds"] for v in tr)
-                vs_tr = f"{a / b:.2f}x"
-            ident = [v[m]["identical"] for v in have if v[m]["identical"] is not None]
-            tpstep = [v[m]["tokens_per_step"] for v in have if "tokens_per_step" in v[m]]
-            fshare = [v[m]["forward_share"] for v in have if "forward_share" in v[m]]
-            per_step = f"{statistics.mean(tpstep):.2f}" if tpstep else ""
-            forward = f"{100 * statistics.mean(fshare):.0f}%" if fshare else ""
-            lines.append(
-                f"| {c} | {m} | {len(have)} | {tps:.2f} | {statistics.mean(sp):.2f} ± "
-                f"{statistics.pstdev(sp):.2f} | {vs_tr} | {sum(ident)}/{len(ident)} | {per_step} | {forward} |")
-    return "\n".join(lines)
+def _key(row: Dict[str, Any]) -> Tuple[str, int, str]:
+    return row["id"], row["turn"], row["method"]
+
+
+def measure(generate: Any, ids: Any, tokenizer: Any, meter: "ForwardMeter") -> Dict[str, Any]:
+    """Run one generation; wall time, forward passes and the output."""
+    meter.reset()
+    start = time.perf_counter()
+    seq = generate(ids)
+    if meter.synchronize:
+        import torch
+
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    new = seq[0, ids.shape[1]:].tolist()
+    return {"prompt_tokens": int(ids.shape[1]), "new_tokens": len(new), "seconds": seconds,
+            "tokens_per_second": len(new) / seconds if seconds > 0 else 0.0,
+            "forward_calls": meter.calls, "forward_seconds": meter.seconds,
+            "output_sha1": hashlib.sha1(json.dumps(new).encode()).hexdigest(),
+            "text": tokenizer.decode(new, skip_special_tokens=True)}
+
+
+def chat_input_ids(tokenizer: Any, user_turns: List[str], answers: List[str]) -> Any:
+    """[1, L] ids of a chat: user turns with the given assistant answers
+    between them, ready for the next assistant turn."""
+    import torch
+
+    messages: List[Dict[str, str]] = []
+    for j, user in enumerate(user_turns):
+        messages.append({"role": "user", "content": user})
+        if j < len(user_turns) - 1:
+            messages.append({"role": "assistant", "content": answers[j]})
+    if getattr(tokenizer, "chat_template", None):
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+        if not isinstance(ids, torch.Tensor):  # some versions return a BatchEncoding
+            ids = ids["input_ids"]
+        return ids
+    text = "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages) + "\n\nAssistant:"
+    return tokenizer(text, return_tensors="pt").input_ids
+
+
+class ForwardMeter:
+    """Counts the model's forward passes and the time spent inside them,
+    through module hooks (the same for every method)."""
+
+    def __init__(self, model: Any, synchronize: bool = False) -> None:
+        self.synchronize = synchronize
+        self.calls = 0
+        self.seconds = 0.0
+        self._t0: Optional[float] = None
+        self._handles = [model.register_forward_pre_hook(self._before),
+                         model.register_forward_hook(self._after)]
+
+    def reset(self) -> None:
+        self.calls, self.seconds = 0, 0.0
+
+    def _sync(self) -> None:
+        if self.synchronize:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def _before(self, module: Any, inputs: Any) -> None:
+        self._sync()
+        self._t0 = time.perf_counter()
+
+    def _after(self, module: Any, inputs: Any, output: Any) -> None:
+        self._sync()
+        if self._t0 is not None:
+            self.seconds += time.perf_counter() - self._t0
+            self.calls += 1
+            self._t0 = None
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+def _progress(total: int, disable: bool) -> Any:
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm is in the bench extras
+        class _Quiet:
+            def update(self, n: int = 1) -> None: ...
+            def close(self) -> None: ...
+        return _Quiet()
+    return tqdm(total=total, desc="generations", unit="gen", disable=disable)

@@ -1,0 +1,135 @@
+"""The decoding methods the benchmark compares, in a registry.
+
+A method is a factory: given a :class:`Setup` (the model and the shared
+settings) it returns a function ``input_ids -> sequences``. Register a new
+one with :func:`register`; every pld match policy gets a variant on its own,
+so a policy added to the C core shows up here without editing this file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Sequence
+
+Generate = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Setup:
+    model: Any
+    max_new_tokens: int
+    num_pred_tokens: int
+    max_ngram_size: int
+
+    def eos_ids(self) -> List[int]:
+        eos = self.model.generation_config.eos_token_id
+        return [eos] if isinstance(eos, int) else list(eos or [])
+
+    def greedy_kwargs(self) -> Dict[str, Any]:
+        # explicit None sampling knobs: no warnings from a sampling-ready generation_config
+        return dict(max_new_tokens=self.max_new_tokens, do_sample=False, temperature=None,
+                    top_p=None, top_k=None)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    description: str
+    build: Callable[[Setup], Generate]
+    default: bool = False
+
+
+REGISTRY: Dict[str, Method] = {}
+
+
+def register(name: str, description: str, default: bool = False):
+    """Decorator: add a factory ``Setup -> (input_ids -> sequences)``."""
+    def wrap(build: Callable[[Setup], Generate]) -> Callable[[Setup], Generate]:
+        if name in REGISTRY:
+            raise ValueError(f"method {name!r} is registered twice")
+        REGISTRY[name] = Method(name, description, build, default)
+        return build
+    return wrap
+
+
+def select(spec: str) -> List[Method]:
+    """``"default"``, ``"all"`` or a comma-separated list of names. Greedy,
+    the reference of every comparison, is always included and first."""
+    if spec in ("default", "all"):
+        names = [m.name for m in REGISTRY.values() if spec == "all" or m.default]
+    else:
+        names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise ValueError(f"methods: unknown {unknown}; registered: {list(REGISTRY)}")
+    names = ["greedy"] + [n for n in dict.fromkeys(names) if n != "greedy"]
+    return [REGISTRY[n] for n in names]
+
+
+def build(methods: Sequence[Method], setup: Setup) -> Dict[str, Generate]:
+    return {m.name: m.build(setup) for m in methods}
+
+
+@register("greedy", "plain greedy model.generate (the reference)", default=True)
+def _greedy(s: Setup) -> Generate:
+    import torch
+
+    def run(ids):
+        with torch.no_grad():
+            return s.model.generate(ids, **s.greedy_kwargs())
+    return run
+
+
+@register("transformers", "transformers' own prompt lookup (generate, prompt_lookup_num_tokens)", default=True)
+def _transformers(s: Setup) -> Generate:
+    import torch
+
+    def run(ids):
+        with torch.no_grad():
+            return s.model.generate(ids, prompt_lookup_num_tokens=s.num_pred_tokens,
+                                    max_matching_ngram_size=s.max_ngram_size, **s.greedy_kwargs())
+    return run
+
+
+@register("pld", "the same generate() call under pld.enabled(): the C core and native loop", default=True)
+def _pld_enabled(s: Setup) -> Generate:
+    import torch
+
+    import pld
+
+    def run(ids):
+        with torch.no_grad(), pld.enabled():
+            return s.model.generate(ids, prompt_lookup_num_tokens=s.num_pred_tokens,
+                                    max_matching_ngram_size=s.max_ngram_size, **s.greedy_kwargs())
+    return run
+
+
+def _loop(**options: Any) -> Callable[[Setup], Generate]:
+    def factory(s: Setup) -> Generate:
+        import torch
+        from transformers import DynamicCache
+
+        from pld import loop
+
+        eos = s.eos_ids()
+
+        def run(ids):
+            with torch.no_grad():
+                return loop.run(s.model, ids, cache=DynamicCache(), max_new_tokens=s.max_new_tokens,
+                                num_pred_tokens=s.num_pred_tokens, max_ngram_size=s.max_ngram_size,
+                                eos_token_ids=eos, **options).sequences
+        return run
+    return factory
+
+
+register("pld_adaptive", "native loop, draft length adapts to acceptance (same output)")(_loop(adaptive=True))
+register("pld_min2", "native loop, no draft from a 1-token match (same output)")(_loop(min_ngram_size=2))
+
+
+def _register_policies() -> None:
+    from pld import POLICIES
+
+    for policy in POLICIES:
+        register(f"pld_{policy}", f"native loop, match policy '{policy}'")(_loop(policy=policy))
+
+
+_register_policies()

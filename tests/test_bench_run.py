@@ -1,0 +1,70 @@
+"""The speedup-table harness end to end on the embedded model: every task
+of the built-in set, the default methods, a tiny budget; then a second run
+that resumes (and so generates nothing)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
+
+
+def _rows(out):
+    with open(out / "results.jsonl") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_builtin_run_then_resume(tmp_path, capsys):
+    from pld.bench.__main__ import main
+    from pld.bench.tasks import TASKS
+
+    argv = ["--limit", "1", "--max-new-tokens", "6", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    rows = _rows(tmp_path)
+    turns = len(TASKS) + 1  # chat has two
+    assert len(rows) == 3 * turns
+    assert {r["method"] for r in rows} == {"greedy", "transformers", "pld"}
+    by = {(r["id"], r["turn"], r["method"]): r for r in rows}
+    for r in rows:
+        assert 0 < r["new_tokens"] <= 6
+        assert r["forward_calls"] >= 1 and 0 < r["forward_seconds"] <= r["seconds"]
+        # greedy decoding makes one forward per token; prompt lookup never more
+        if r["method"] == "greedy":
+            assert r["forward_calls"] == r["new_tokens"]
+        else:
+            assert r["forward_calls"] <= r["new_tokens"]
+            assert r["output_sha1"] == by[(r["id"], r["turn"], "greedy")]["output_sha1"], r["id"]
+    chat = [r for r in rows if r["task"] == "chat"]
+    assert sorted({r["turn"] for r in chat}) == [1, 2]
+    # turn 2's prompt holds greedy's turn-1 answer: it is longer by at least that much
+    t1 = next(r for r in chat if r["turn"] == 1 and r["method"] == "greedy")
+    t2 = next(r for r in chat if r["turn"] == 2 and r["method"] == "greedy")
+    assert t2["prompt_tokens"] > t1["prompt_tokens"] + t1["new_tokens"]
+
+    table = (tmp_path / "table.md").read_text()
+    for label in ("summarization", "rag", "chat (turn 1)", "chat (turn 2)", "code", "translation"):
+        assert f"| {label} | pld |" in table
+    assert "SmolLM2-135M-Instruct" in table and "torch " in table and "transformers " in table
+    for png in ("speedup_by_task.png", "chat_categories.png", "chat_turns.png"):
+        assert (tmp_path / png).stat().st_size > 5000
+    assert table in capsys.readouterr().out
+
+    # resume: nothing new is generated, the report is rebuilt from the file
+    assert main(argv) == 0
+    assert len(_rows(tmp_path)) == 3 * turns
+
+
+def test_chat_input_ids_put_the_answer_between_the_turns():
+    from pld import models
+    from pld.bench.generation import chat_input_ids
+    from transformers import AutoTokenizer
+
+    folder, name = models.embedded_model_path()
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    ids = chat_input_ids(tok, ["first question", "second question"], ["the zebra answer"])
+    text = tok.decode(ids[0])
+    assert text.index("first question") < text.index("the zebra answer") < text.index("second question")
+    assert ids.shape[0] == 1
