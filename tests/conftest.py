@@ -35,3 +35,7 @@ def pytest_configure(config):
         "markers",
         "torch: the test imports torch (deselect with -m 'not torch', e.g. under sanitizers)",
     )
+    config.addinivalue_line(
+        "markers",
+        "notebook: executes a notebook in a Jupyter kernel (nbclient, ipykernel)",
+    )

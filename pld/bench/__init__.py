@@ -23,4 +23,13 @@ SUBCOMMANDS = {
 }
 DEFAULT_SUBCOMMAND = "generation"
 
-__all__ = ["SUBCOMMANDS", "DEFAULT_SUBCOMMAND"]
+
+def speedup_tables(**options):
+    """The speedup-table benchmark from Python; see
+    :func:`pld.bench.generation.speedup_tables`."""
+    from .generation import speedup_tables as run
+
+    return run(**options)
+
+
+__all__ = ["SUBCOMMANDS", "DEFAULT_SUBCOMMAND", "speedup_tables"]

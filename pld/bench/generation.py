@@ -122,6 +122,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def speedup_tables(**options: Any) -> Dict[str, Any]:
+    """Run the benchmark from Python (a notebook, a script). Options are the
+    command-line ones with underscores: ``limit=10``, ``tasks="rag,code"``,
+    ``source="spec-bench"``, ``max_new_tokens=128``, ``model=...``, ``out=...``.
+    Writes the same files as ``python -m pld bench`` and returns the content
+    of ``summary.json`` plus ``"out"``, the folder."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([])
+    unknown = sorted(set(options) - set(vars(args)))
+    if unknown:
+        raise TypeError(f"speedup_tables: unknown options {unknown}; known: {sorted(vars(args))}")
+    vars(args).update(options)
+    run(args)
+    with open(os.path.join(args.out, "summary.json"), encoding="utf-8") as fh:
+        summary = json.load(fh)
+    summary["out"] = os.path.abspath(args.out)
+    return summary
+
+
 def _key(row: Dict[str, Any]) -> Tuple[str, int, str]:
     return row["id"], row["turn"], row["method"]
 

@@ -1,0 +1,51 @@
+"""The notebooks run clean, headless (nbclient), on the embedded model with a
+tiny budget, and are committed without outputs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+
+pytestmark = [pytest.mark.torch, pytest.mark.notebook]
+
+
+def test_the_notebooks_exist():
+    assert {p.name for p in NOTEBOOKS} >= {"speedup_tables.ipynb", "demo.ipynb"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_without_outputs(path):
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: outputs committed"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_runs_clean(path, tmp_path, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("PLD_NB_LIMIT", "1")
+    monkeypatch.setenv("PLD_NB_MAX_NEW_TOKENS", "8")
+    monkeypatch.setenv("PLD_NB_OUT", str(tmp_path / "out"))
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    nb = nbformat.read(path, as_version=4)
+    # raises CellExecutionError on the first cell that fails
+    NotebookClient(nb, timeout=900, kernel_name="python3",
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    if path.name == "demo.ipynb":
+        assert "identical tokens: True" in text
+    else:
+        assert (tmp_path / "out" / "table.md").is_file()
+        assert (tmp_path / "out" / "speedup_by_task.png").is_file()
+        images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if "image/png" in o.get("data", {})]
+        assert len(images) == 3
