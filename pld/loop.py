@@ -108,6 +108,7 @@ def run(
     max_ngram_size: int = 3,
     min_ngram_size: int = 1,
     policy: str = "first",
+    semantics: str = "seed",
     eos_token_ids: Sequence[int] = (),
     attention_mask: Optional[torch.Tensor] = None,
     logits_processor: Optional[Sequence[Any]] = None,
@@ -126,7 +127,10 @@ def run(
     model fills. With ``adaptive`` the draft length follows
     :class:`pld.draft_length.DraftLength` (shorter drafts, and steps without
     one, after rejections): a wide verification forward is not free. The
-    output does not depend on it. ``stopping_criteria`` are called after every new token, as
+    output does not depend on it. ``semantics="transformers"`` lets a match
+    near the end propose the shorter continuation that exists (transformers'
+    rule) instead of nothing (the method's rule); the output does not depend
+    on that either. ``stopping_criteria`` are called after every new token, as
     in plain decoding, so a stop inside an accepted block ends the output
     exactly where token-by-token decoding would; eos and the length budget
     are handled here without calling them.
@@ -137,6 +141,9 @@ def run(
         raise ValueError(f"num_pred_tokens must be >= 1, got {num_pred_tokens}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    if semantics not in ("seed", "transformers"):
+        raise ValueError(f"semantics must be 'seed' or 'transformers', got {semantics!r}")
+    clipped = semantics == "transformers"
     t_start = time.perf_counter()
     device = input_ids.device
     processors = list(logits_processor or [])
@@ -181,7 +188,10 @@ def run(
         budget = max_new_tokens - (cur - prompt_len)
         # propose: the draft plus the bonus token must fit the budget
         want = min(draft_length.next(), budget - 1)
-        draft = index.propose(want) if want > 0 else []
+        if want <= 0:
+            draft = []
+        else:
+            draft = index.propose(want, semantics="transformers") if clipped else index.propose(want)
         if eos:
             draft = _cut_at(draft, eos)
         k = len(draft)

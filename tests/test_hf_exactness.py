@@ -259,3 +259,43 @@ def test_adaptive_draft_length_same_tokens(arch):
             proposed[adaptive] += result.stats.proposed_tokens
     # adaptive proposes shorter drafts after rejections
     assert proposed[True] < proposed[False]
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_every_loop_variant_same_tokens(arch):
+    """The draft rule changes the cost of a step, never its tokens: the
+    match policies, transformers' clipped continuations and a minimum n-gram
+    of 2 all give greedy's output."""
+    import torch
+    from transformers import DynamicCache
+
+    import pld
+    from pld import loop
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"variants-{arch}")
+    variants = [dict(policy=p) for p in pld.POLICIES] + [dict(semantics="transformers"),
+                                                         dict(min_ngram_size=2, max_ngram_size=3)]
+    accepted = {i: 0 for i in range(len(variants))}
+    for _ in range(8):
+        ids = mf.as_ids(mf.repeated_prompt(rng))
+        n_new = rng.randint(1, 32)
+        expected = mf.greedy(model, ids, n_new)
+        for i, options in enumerate(variants):
+            with torch.no_grad():
+                result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new,
+                                  num_pred_tokens=6, **options)
+            assert result.sequences[0, ids.shape[1]:].tolist() == expected, options
+            accepted[i] += result.stats.accepted_draft_tokens
+    assert all(accepted.values()), accepted  # every variant's drafts were used
+
+
+def test_loop_rejects_unknown_semantics():
+    import torch
+    from transformers import DynamicCache
+
+    from pld import loop
+
+    with pytest.raises(ValueError, match="semantics"):
+        loop.run(mf.tiny_model("llama"), torch.tensor([[1, 2, 3]]), cache=DynamicCache(),
+                 max_new_tokens=2, semantics="fuzzy")
