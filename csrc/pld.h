@@ -133,6 +133,15 @@ pld_status pld_index_truncate(pld_index *index, size_t new_len);
 size_t pld_index_propose(const pld_index *index, size_t k,
                          const pld_lookup_opts *opts, int64_t *out);
 
+/* pld_index_propose, and *ngram (if not NULL) receives the size of the
+ * n-gram match behind the draft: the matched suffix size for FIRST and
+ * RECENT, the size that gave the first token for FREQUENT; 0 when the draft
+ * is empty. A caller can weigh drafts by it: longer matches are accepted
+ * more often. */
+size_t pld_index_propose_n(const pld_index *index, size_t k,
+                           const pld_lookup_opts *opts, int64_t *out,
+                           size_t *ngram);
+
 size_t pld_index_len(const pld_index *index);
 const int64_t *pld_index_tokens(const pld_index *index); /* borrowed; valid until the next extend/truncate */
 size_t pld_index_nbytes(const pld_index *index);         /* heap bytes owned */

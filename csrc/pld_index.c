@@ -433,7 +433,8 @@ static size_t cut_at_eos(const int64_t *draft, size_t count,
 
 /* FIRST and RECENT: a slice of the sequence, by the shared rules. */
 static size_t propose_slice(const pld_index *ix, size_t k,
-                            const pld_lookup_opts *opts, int64_t *out)
+                            const pld_lookup_opts *opts, int64_t *out,
+                            size_t *ngram)
 {
     const size_t len = ix->len;
     const size_t top = pld_rule_top(len, ix->min_n, ix->max_n, opts);
@@ -449,7 +450,9 @@ static size_t propose_slice(const pld_index *ix, size_t k,
                 size_t start, count;
                 pld_rule_slice(i, n, k, limit, opts, &start, &count);
                 memcpy(out, ix->tokens + start, count * sizeof(int64_t));
-                return cut_at_eos(out, count, opts);
+                count = cut_at_eos(out, count, opts);
+                *ngram = count ? n : 0;
+                return count;
             }
             /* FIRST holds the earliest occurrence: none earlier exists. */
             cur = ix->policy == PLD_POLICY_RECENT ? ix->prev1[n][i] : 0;
@@ -460,7 +463,8 @@ static size_t propose_slice(const pld_index *ix, size_t k,
 
 /* FREQUENT: follow the most frequent follower, token by token. */
 static size_t propose_frequent(const pld_index *ix, size_t k,
-                               const pld_lookup_opts *opts, int64_t *out)
+                               const pld_lookup_opts *opts, int64_t *out,
+                               size_t *ngram)
 {
     int64_t window[PLD_MAX_NGRAM];
     size_t wlen = ix->len < ix->max_n ? ix->len : ix->max_n;
@@ -493,6 +497,8 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
         }
         if (!have || pld_is_eos(next, opts))
             break;
+        if (step == 0)
+            *ngram = n;
         out[step] = next;
         if (wlen == ix->max_n) {
             memmove(window, window + 1, (wlen - 1) * sizeof(int64_t));
@@ -504,14 +510,25 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
     return step;
 }
 
-size_t pld_index_propose(const pld_index *ix, size_t k,
-                         const pld_lookup_opts *opts, int64_t *out)
+size_t pld_index_propose_n(const pld_index *ix, size_t k,
+                           const pld_lookup_opts *opts, int64_t *out,
+                           size_t *ngram)
 {
+    size_t unused = 0;
+    if (ngram == NULL)
+        ngram = &unused;
+    *ngram = 0;
     if (ix == NULL || opts == NULL || k == 0 || out == NULL)
         return 0;
     if (ix->policy == PLD_POLICY_FREQUENT)
-        return propose_frequent(ix, k, opts, out);
-    return propose_slice(ix, k, opts, out);
+        return propose_frequent(ix, k, opts, out, ngram);
+    return propose_slice(ix, k, opts, out, ngram);
+}
+
+size_t pld_index_propose(const pld_index *ix, size_t k,
+                         const pld_lookup_opts *opts, int64_t *out)
+{
+    return pld_index_propose_n(ix, k, opts, out, NULL);
 }
 
 /* --------------------------------------------------------------- accessors */

@@ -751,6 +751,7 @@ typedef struct {
     int64_t *draft;     /* scratch for propose */
     size_t draft_cap;
     int busy;           /* set while the GIL is released over this index */
+    size_t last_ngram;  /* match size behind the last proposal (0: none) */
     int64_t int_values[PLD_INT_SLOTS];
     PyObject *int_objects[PLD_INT_SLOTS]; /* strong references or NULL */
 } NgramIndexObject;
@@ -825,6 +826,7 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
         return -1;
     }
     pld_index_free(self->index);
+    self->last_ngram = 0;
     self->index = pld_index_new(min_n, max_n, (pld_policy)policy);
     if (self->index == NULL) {
         PyErr_NoMemory();
@@ -915,7 +917,7 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
         self->draft = d;
         self->draft_cap = k;
     }
-    n = pld_index_propose(self->index, k, &oh.opts, self->draft);
+    n = pld_index_propose_n(self->index, k, &oh.opts, self->draft, &self->last_ngram);
     opts_release(&oh);
     {
         PyObject *list = PyList_New((Py_ssize_t)n);
@@ -971,6 +973,12 @@ static PyObject *NgramIndex_get_nbytes(NgramIndexObject *self, void *c)
     return PyLong_FromSize_t(pld_index_nbytes(self->index) + self->draft_cap * sizeof(int64_t));
 }
 
+static PyObject *NgramIndex_get_last_ngram(NgramIndexObject *self, void *c)
+{
+    (void)c;
+    return PyLong_FromSize_t(self->last_ngram);
+}
+
 static PyObject *NgramIndex_get_policy(NgramIndexObject *self, void *c)
 {
     (void)c;
@@ -1023,6 +1031,8 @@ static PyGetSetDef NgramIndex_getset[] = {
     {"policy", (getter)NgramIndex_get_policy, NULL, "The match policy.", NULL},
     {"min_ngram_size", (getter)NgramIndex_get_min, NULL, "Smallest n-gram size.", NULL},
     {"max_ngram_size", (getter)NgramIndex_get_max, NULL, "Largest n-gram size.", NULL},
+    {"last_ngram", (getter)NgramIndex_get_last_ngram, NULL,
+     "Size of the n-gram match behind the last proposal (0: it proposed nothing).", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods NgramIndex_as_sequence = {

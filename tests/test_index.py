@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import pld
 from reference import ReferenceIndex
+from reference import _lookup as lookup_reference
 
 EX = settings().max_examples
 
@@ -53,6 +54,19 @@ def check_against(ix, ref, data, policy):
         assert got == pld.find_candidate_pred_tokens(
             seq, ix.max_ngram_size, k, min_ngram_size=ix.min_ngram_size, **kw
         )
+    if not got:
+        assert ix.last_ngram == 0
+    elif policy != "frequent":
+        # the winning size is the largest n whose own lookup proposes
+        eos = kw.get("eos_token_id")
+        eos = () if eos is None else ((eos,) if isinstance(eos, int) else tuple(eos))
+        sizes = range(ix.min_ngram_size, ix.max_ngram_size + 1)
+        assert ix.last_ngram == max(
+            n for n in sizes
+            if lookup_reference(seq, n, k, n, kw["semantics"], kw.get("max_length"), eos,
+                                pick_latest=policy == "recent"))
+    else:
+        assert ix.min_ngram_size <= ix.last_ngram <= ix.max_ngram_size
 
 
 @settings(max_examples=EX)

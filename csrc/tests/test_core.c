@@ -336,7 +336,14 @@ static int check_index(pld_index *ix, const int64_t *shadow, size_t len,
     int ok = 1;
     for (j = 0; j < k + 8 && j < 72; j++)
         out[j] = -777;
-    n = pld_index_propose(ix, k, o, out);
+    {
+        /* pld_index_propose_n: the same draft, and the match size behind it */
+        int64_t again[72];
+        size_t ngram = 99, n2 = pld_index_propose_n(ix, k, o, again, &ngram);
+        n = pld_index_propose(ix, k, o, out);
+        ok &= n2 == n && (n == 0 || memcmp(again, out, n * sizeof *out) == 0);
+        ok &= n == 0 ? ngram == 0 : (ngram >= min_n && ngram <= max_n);
+    }
     ok &= n <= k;
     for (j = n; j < k + 8 && j < 72; j++)
         if (j >= k)
