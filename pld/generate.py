@@ -61,6 +61,7 @@ def generate(
     stopping_criteria: Optional[Sequence[Any]] = None,
     streamer: Any = None,
     on_step: Optional[Callable[[loop.StepRecord], None]] = None,
+    cost_aware: bool = True,
 ) -> Generation:
     """Generate with prompt lookup on a decoder-only transformers model.
 
@@ -69,7 +70,10 @@ def generate(
     verification forward is wider). Sampling keeps the model's distribution.
     ``eos_token_id`` defaults to the model's generation config; pass None to
     run to ``max_new_tokens``. ``on_step`` receives every step's
-    StepRecord (proposed, accepted, tokens) as it happens.
+    StepRecord (proposed, accepted, tokens) as it happens. ``cost_aware``
+    drops drafts from match sizes that have not paid for their verification
+    on this machine (:class:`pld.draft_length.CostGate`; greedy only); the
+    output is the same either way.
     """
     from transformers import DynamicCache
 
@@ -124,6 +128,7 @@ def generate(
             streamer=streamer,
             on_step=on_step,
             record_steps=True,
+            cost_aware=cost_aware,
         )
     if streamer is not None:
         streamer.end()

@@ -124,6 +124,8 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
 # --------------------------------------------------------------- the switch
 
 _original: dict = {}
+# Options of the native loop while enabled (set by enable()).
+_options: dict = {"cost_aware": True}
 
 
 def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwargs: dict) -> Optional[str]:
@@ -191,6 +193,7 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
         streamer=streamer,
         output_scores=bool(want_dict and config.output_scores),
         output_logits=bool(want_dict and config.output_logits),
+        cost_aware=_options["cost_aware"],
     )
     if streamer is not None:
         streamer.end()
@@ -222,8 +225,16 @@ def _within_max_length(output: Any, config: Any) -> Any:
     return output
 
 
-def enable() -> None:
-    """Route prompt-lookup generation through pld (idempotent)."""
+def enable(*, cost_aware: bool = True) -> None:
+    """Route prompt-lookup generation through pld (idempotent).
+
+    ``cost_aware`` (default on): the native loop drops drafts from match
+    sizes that have not paid for their verification on this machine (see
+    :class:`pld.draft_length.CostGate`); on a GPU it lets nearly all through,
+    on a CPU it skips weak 1-gram matches. Off: every draft is verified, as
+    transformers does. The output is the same either way. Greedy decoding
+    only: under sampling every draft is verified, so seeded runs repeat."""
+    _options["cost_aware"] = bool(cost_aware)
     if _original:
         return
     _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
@@ -245,12 +256,13 @@ def is_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def enabled() -> Iterator[None]:
+def enabled(*, cost_aware: bool = True) -> Iterator[None]:
     """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``"""
-    was = is_enabled()
-    enable()
+    was, before = is_enabled(), _options["cost_aware"]
+    enable(cost_aware=cost_aware)
     try:
         yield
     finally:
+        _options["cost_aware"] = before
         if not was:
             disable()

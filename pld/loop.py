@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 
 from . import _core
-from .draft_length import DraftLength
+from .draft_length import CostGate, DraftLength
 
 # Warpers that treat each row on its own and never read input_ids: all draft
 # positions go through them in one call.
@@ -120,14 +120,18 @@ def run(
     on_step: Optional[Callable[[StepRecord], None]] = None,
     record_steps: bool = False,
     adaptive: bool = False,
+    cost_aware: bool = False,
 ) -> LoopResult:
     """Generate up to ``max_new_tokens`` after ``input_ids`` ([1, L]).
 
     ``cache`` is an empty (or prompt-free) transformers dynamic cache the
     model fills. With ``adaptive`` the draft length follows
     :class:`pld.draft_length.DraftLength` (shorter drafts, and steps without
-    one, after rejections): a wide verification forward is not free. The
-    output does not depend on it. ``semantics="transformers"`` lets a match
+    one, after rejections): a wide verification forward is not free. With
+    ``cost_aware`` a :class:`pld.draft_length.CostGate` drops drafts from
+    match sizes that have not paid for their verification on this machine
+    (greedy only: under sampling every draft is verified, so that a seeded
+    run repeats exactly). The output depends on neither. ``semantics="transformers"`` lets a match
     near the end propose the shorter continuation that exists (transformers'
     rule) instead of nothing (the method's rule); the output does not depend
     on that either. ``stopping_criteria`` are called after every new token, as
@@ -184,6 +188,9 @@ def run(
         cache.activate_past_recording()
 
     draft_length = DraftLength(num_pred_tokens, adaptive)
+    # The gate reads the clock, so it would make seeded sampling depend on
+    # timing (the draws follow the drafts): greedy only.
+    gate = CostGate(max_ngram_size) if cost_aware and not do_sample else None
     while cur - prompt_len < max_new_tokens:
         budget = max_new_tokens - (cur - prompt_len)
         # propose: the draft plus the bonus token must fit the budget
@@ -192,8 +199,12 @@ def run(
             draft = []
         else:
             draft = index.propose(want, semantics="transformers") if clipped else index.propose(want)
-        if eos:
+        ngram = index.last_ngram if draft else 0
+        if gate is not None and draft and not gate.allow(ngram):
+            draft, ngram = [], 0
+        if eos and draft:
             draft = _cut_at(draft, eos)
+            ngram = ngram if draft else 0
         k = len(draft)
         if k:
             seq[0, cur:cur + k] = torch.tensor(draft, dtype=torch.long)
@@ -221,15 +232,16 @@ def run(
                 chosen = torch.multinomial(torch.softmax(processed, dim=-1), 1).squeeze(1).tolist()
             else:
                 chosen = processed.argmax(dim=-1).tolist()
-            stats.forward_seconds += time.perf_counter() - t_forward
+            forward_seconds = time.perf_counter() - t_forward
             n, new = _core.accept_greedy(draft, chosen)
         elif logits.device.type == "cpu":
-            stats.forward_seconds += time.perf_counter() - t_forward
+            forward_seconds = time.perf_counter() - t_forward
             n, new = _core.accept_greedy_logits(draft, logits)  # fused argmax + compare
         else:
-            chosen = logits.argmax(dim=-1).tolist()
-            stats.forward_seconds += time.perf_counter() - t_forward
+            chosen = logits.argmax(dim=-1).tolist()  # the host copy waits for the device
+            forward_seconds = time.perf_counter() - t_forward
             n, new = _core.accept_greedy(draft, chosen)
+        stats.forward_seconds += forward_seconds
         # update: eos or a stopping criterion inside the block ends it there
         stop = False
         keep = len(new)
@@ -261,6 +273,8 @@ def run(
         stats.proposed_tokens += k
         stats.accepted_draft_tokens += accepted
         draft_length.update(k, accepted)
+        if gate is not None and stats.steps > 1:  # step 1 carries the prompt
+            gate.update(ngram, k, accepted, forward_seconds)
         if streamer is not None:
             streamer.put(torch.tensor(new, dtype=torch.long))
         if on_step is not None or record_steps:

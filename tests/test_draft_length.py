@@ -70,3 +70,48 @@ def test_no_draft_steps_carry_no_information():
 def test_bad_length(k):
     with pytest.raises(ValueError, match="num_pred_tokens"):
         DraftLength(k)
+
+
+def test_cost_gate_uses_priors_until_it_has_timings():
+    from pld.draft_length import CostGate
+
+    g = CostGate(3, prior_ratio=1.4)
+    assert g.ratio == 1.4
+    # priors 0.5 / 1.2 / 3.0 accepted tokens against a threshold of 0.4
+    assert g.allow(1) and g.allow(2) and g.allow(3)
+
+
+def test_cost_gate_closes_small_matches_when_drafts_are_expensive():
+    from pld.draft_length import CostGate
+
+    g = CostGate(3, explore=5)
+    g.update(0, 0, 0, 0.10)           # a plain step: 100 ms
+    g.update(3, 10, 4, 0.20)          # a drafted step: 200 ms, so r = 2
+    assert g.ratio == pytest.approx(2.0)
+    assert g.allow(3)                 # 3-gram drafts gain more than a token
+    assert not g.allow(1)             # 1-gram drafts (prior 0.5) do not
+    # a closed size is let through every `explore` drafts, then closes again
+    decisions = [g.allow(1) for _ in range(10)]
+    assert decisions.count(True) == 2 and decisions[3] and decisions[8]
+
+
+def test_cost_gate_opens_everything_when_drafts_are_cheap():
+    from pld.draft_length import CostGate
+
+    g = CostGate(3)
+    g.update(0, 0, 0, 0.100)
+    g.update(1, 10, 0, 0.105)         # GPU-like: r = 1.05
+    assert all(g.allow(n) for n in (1, 2, 3))
+
+
+def test_cost_gate_learns_from_accepted_tokens():
+    from pld.draft_length import CostGate
+
+    g = CostGate(2, prior_weight=4)
+    g.update(0, 0, 0, 0.1)
+    g.update(2, 5, 0, 0.2)
+    assert not g.allow(1)
+    for _ in range(12):               # 1-gram drafts start paying: 5 tokens each
+        g.update(1, 10, 5, 0.2)
+    assert g.gain(1) == pytest.approx((0.5 * 4 + 60) / 16)
+    assert g.allow(1)

@@ -264,8 +264,8 @@ def test_adaptive_draft_length_same_tokens(arch):
 @pytest.mark.parametrize("arch", mf.ARCHS)
 def test_every_loop_variant_same_tokens(arch):
     """The draft rule changes the cost of a step, never its tokens: the
-    match policies, transformers' clipped continuations and a minimum n-gram
-    of 2 all give greedy's output."""
+    match policies, transformers' clipped continuations, a minimum n-gram
+    of 2 and the cost gate all give greedy's output."""
     import torch
     from transformers import DynamicCache
 
@@ -275,7 +275,8 @@ def test_every_loop_variant_same_tokens(arch):
     model = mf.tiny_model(arch)
     rng = random.Random(f"variants-{arch}")
     variants = [dict(policy=p) for p in pld.POLICIES] + [dict(semantics="transformers"),
-                                                         dict(min_ngram_size=2, max_ngram_size=3)]
+                                                         dict(min_ngram_size=2, max_ngram_size=3),
+                                                         dict(cost_aware=True)]
     accepted = {i: 0 for i in range(len(variants))}
     for _ in range(8):
         ids = mf.as_ids(mf.repeated_prompt(rng))
@@ -299,3 +300,46 @@ def test_loop_rejects_unknown_semantics():
     with pytest.raises(ValueError, match="semantics"):
         loop.run(mf.tiny_model("llama"), torch.tensor([[1, 2, 3]]), cache=DynamicCache(),
                  max_new_tokens=2, semantics="fuzzy")
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_loop_obeys_the_cost_gate(monkeypatch, allow):
+    """A gate that refuses every draft leaves one forward per token; one that
+    allows all leaves the drafts alone; the tokens are greedy's either way,
+    and the gate hears about every step after the prompt's."""
+    import torch
+    from transformers import DynamicCache
+
+    from pld import loop
+
+    seen = []
+
+    class FixedGate:
+        def __init__(self, max_ngram_size):
+            pass
+
+        def allow(self, ngram):
+            assert ngram >= 1
+            return allow
+
+        def update(self, ngram, proposed, accepted, seconds):
+            assert seconds > 0 and (ngram > 0) == (proposed > 0)
+            seen.append(proposed)
+
+    monkeypatch.setattr(loop, "CostGate", FixedGate)
+    model = mf.tiny_model("llama")
+    rng = random.Random("gate")
+    proposed = 0
+    for _ in range(6):
+        ids = mf.as_ids(mf.repeated_prompt(rng))
+        expected = mf.greedy(model, ids, 24)
+        seen.clear()
+        with torch.no_grad():
+            result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=24,
+                              num_pred_tokens=6, cost_aware=True)
+        assert result.sequences[0, ids.shape[1]:].tolist() == expected
+        assert len(seen) == result.stats.steps - 1
+        proposed += result.stats.proposed_tokens
+        if not allow:
+            assert result.stats.proposed_tokens == 0 and result.stats.steps == 24
+    assert (proposed > 0) == allow

@@ -123,6 +123,8 @@ def _loop(**options: Any) -> Callable[[Setup], Generate]:
 
 register("pld_adaptive", "native loop, draft length adapts to acceptance (same output)")(_loop(adaptive=True))
 register("pld_min2", "native loop, no draft from a 1-token match (same output)")(_loop(min_ngram_size=2))
+register("pld_gated", "native loop, drafts only from match sizes that pay for their verification "
+         "on this machine (CostGate)")(_loop(cost_aware=True))
 register("pld_clipped", "native loop, transformers' match rule: a match near the end proposes "
          "what follows it, even if shorter than k")(_loop(semantics="transformers"))
 
