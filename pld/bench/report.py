@@ -174,7 +174,8 @@ def plot(summaries: Sequence[Summary], path: str, title: str, caption_text: str)
         return
     cell = {(s.group, s.method): s for s in summaries}
     width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(min(16.0, 3.0 + len(groups) * max(1.0, 0.3 * len(methods))), 4.8))
+    width_inches = min(16.0, 3.0 + len(groups) * max(1.0, 0.3 * len(methods)))
+    fig, ax = plt.subplots(figsize=(width_inches, 4.8))
     for j, m in enumerate(methods):
         xs = [i + (j - (len(methods) - 1) / 2) * width for i in range(len(groups))]
         vals = [cell[(g, m)].speedup if (g, m) in cell else 0.0 for g in groups]
@@ -186,8 +187,9 @@ def plot(summaries: Sequence[Summary], path: str, title: str, caption_text: str)
     ax.set_ylabel("speedup over greedy (tokens/s)")
     ax.set_title(title)
     ax.legend(fontsize="small", ncol=min(4, len(methods) + 1))
-    fig.text(0.01, 0.01, _wrap(caption_text, 150), fontsize=6.5, va="bottom", ha="left")
-    fig.tight_layout(rect=(0, 0.09, 1, 1))
+    caption_lines = _wrap(caption_text, int(width_inches * 16))
+    fig.text(0.01, 0.01, caption_lines, fontsize=6.5, va="bottom", ha="left")
+    fig.tight_layout(rect=(0, 0.03 + 0.025 * caption_lines.count("\n"), 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
