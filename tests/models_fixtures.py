@@ -115,13 +115,15 @@ def greedy(model: Any, ids: Any, max_new_tokens: int, eos: Any = None, **kwargs:
 
 
 def hf_pld(model: Any, ids: Any, max_new_tokens: int, k: int, eos: Any = None,
-           ngram: Optional[int] = None, **kwargs: Any) -> List[int]:
-    """model.generate with prompt lookup while pld is enabled; the new tokens."""
+           ngram: Optional[int] = None, cost_aware: bool = True, **kwargs: Any) -> List[int]:
+    """model.generate with prompt lookup while pld is enabled; the new tokens.
+    ``cost_aware=False`` verifies every draft: tests that count accepted
+    drafts need it, since the gate's choices depend on timings."""
     import torch
 
     import pld
 
-    with pld.enabled(), torch.no_grad():
+    with pld.enabled(cost_aware=cost_aware), torch.no_grad():
         out = model.generate(ids, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
                              prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram, **kwargs)
     return out[0, ids.shape[1]:].tolist()

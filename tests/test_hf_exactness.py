@@ -91,8 +91,9 @@ def test_drafts_are_accepted(arch, monkeypatch):
     for _ in range(12):
         ids = mf.as_ids(mf.repeated_prompt(rng))
         expected = mf.greedy(model, ids, 24)
-        assert mf.hf_pld(model, ids, 24, 5) == expected
-        gen = pld.generate(model, ids, max_new_tokens=24, num_pred_tokens=5, eos_token_id=None)
+        assert mf.hf_pld(model, ids, 24, 5, cost_aware=False) == expected
+        gen = pld.generate(model, ids, max_new_tokens=24, num_pred_tokens=5, eos_token_id=None,
+                           cost_aware=False)
         assert gen.new_tokens == expected
         multi += any(r.accepted >= 2 for r in gen.stats.records)
     hf_stats = counter.results[0::2]
@@ -151,7 +152,8 @@ def test_eos_inside_an_accepted_draft(arch):
         prompt = prefix + mf.greedy(model, mf.as_ids(prefix), h)
         ids = mf.as_ids(prompt)
         n_new = 32
-        run = pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=8, eos_token_id=None)
+        run = pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=8, eos_token_id=None,
+                           cost_aware=False)  # every draft verified: the search needs them
         eos = _eos_candidate(run.stats.records, run.new_tokens)
         if eos is None:
             continue
@@ -288,7 +290,8 @@ def test_every_loop_variant_same_tokens(arch):
                                   num_pred_tokens=6, **options)
             assert result.sequences[0, ids.shape[1]:].tolist() == expected, options
             accepted[i] += result.stats.accepted_draft_tokens
-    assert all(accepted.values()), accepted  # every variant's drafts were used
+    # every variant's drafts were used (the gate's choices depend on timings)
+    assert all(v for i, v in accepted.items() if not variants[i].get("cost_aware")), accepted
 
 
 def test_loop_rejects_unknown_semantics():

@@ -85,8 +85,11 @@ def _transformers(s: Setup) -> Generate:
 
     def run(ids):
         with torch.no_grad():
-            return s.model.generate(ids, prompt_lookup_num_tokens=s.num_pred_tokens,
-                                    max_matching_ngram_size=s.max_ngram_size, **s.greedy_kwargs())
+            out = s.model.generate(ids, prompt_lookup_num_tokens=s.num_pred_tokens,
+                                   max_matching_ngram_size=s.max_ngram_size, **s.greedy_kwargs())
+        # transformers 4.57 can accept a draft past max_new_tokens; the tokens
+        # beyond the budget are not counted (greedy would not have made them)
+        return out[:, :ids.shape[1] + s.max_new_tokens]
     return run
 
 
