@@ -24,15 +24,10 @@ def default_prompt() -> str:
 
 
 def build_input_ids(tokenizer: Any, prompt: str) -> Any:
-    import torch
+    from .models import chat_template_ids
 
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt")
-        if not isinstance(ids, torch.Tensor):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
-        return ids
-    return tokenizer(prompt, return_tensors="pt").input_ids
+    ids = chat_template_ids(tokenizer, [{"role": "user", "content": prompt}])
+    return ids if ids is not None else tokenizer(prompt, return_tensors="pt").input_ids
 
 
 def _timed(fn) -> tuple:

@@ -131,10 +131,11 @@ def run(
     ``cost_aware`` a :class:`pld.draft_length.CostGate` drops drafts from
     match sizes that have not paid for their verification on this machine
     (greedy only: under sampling every draft is verified, so that a seeded
-    run repeats exactly). The output depends on neither. ``semantics="transformers"`` lets a match
-    near the end propose the shorter continuation that exists (transformers'
-    rule) instead of nothing (the method's rule); the output does not depend
-    on that either. ``stopping_criteria`` are called after every new token, as
+    run repeats exactly). The output depends on neither.
+    ``semantics="transformers"`` lets a match near the end propose the
+    shorter continuation that exists (transformers' rule) instead of nothing
+    (the method's rule); the output does not depend on that either.
+    ``stopping_criteria`` are called after every new token, as
     in plain decoding, so a stop inside an accepted block ends the output
     exactly where token-by-token decoding would; eos and the length budget
     are handled here without calling them.

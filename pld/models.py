@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 logger = logging.getLogger("pld")
 
@@ -50,6 +50,19 @@ def load(model: Optional[str] = None, dtype: str = "float32", device: str = "cpu
     if model is None:
         _fix_chat_specials(tokenizer, lm)
     return lm, tokenizer
+
+
+def chat_template_ids(tokenizer: Any, messages: List[Dict[str, str]]) -> Optional[Any]:
+    """[1, L] ids of ``messages`` through the tokenizer's chat template, ready
+    for the assistant's turn; None when the tokenizer has no template."""
+    import torch
+
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    if not isinstance(ids, torch.Tensor):  # some versions return a BatchEncoding
+        ids = ids["input_ids"]
+    return ids
 
 
 def _fix_chat_specials(tokenizer: Any, lm: Any) -> None:

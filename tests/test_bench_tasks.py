@@ -115,3 +115,10 @@ def test_registry_discovers_every_policy():
         methods.select("pld,warp_drive")
     with pytest.raises(ValueError, match="registered twice"):
         methods.register("greedy", "again")(lambda s: None)
+
+
+def test_speedup_tables_rejects_unknown_options():
+    import pld.bench
+
+    with pytest.raises(TypeError, match="unknown options \\['limt'\\]"):
+        pld.bench.speedup_tables(limt=3)

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 answers.append(done[(p.id, turn, "greedy")]["text"])
     bar.close()
     meter.remove()
-    rows = [r for r in done.values()]
+    rows = list(done.values())
     caption = report.caption(config, torch, model)
     text = report.write(rows, names, args.out, caption)
     print(text)
@@ -167,17 +167,15 @@ def measure(generate: Any, ids: Any, tokenizer: Any, meter: "ForwardMeter") -> D
 def chat_input_ids(tokenizer: Any, user_turns: List[str], answers: List[str]) -> Any:
     """[1, L] ids of a chat: user turns with the given assistant answers
     between them, ready for the next assistant turn."""
-    import torch
+    from pld.models import chat_template_ids
 
     messages: List[Dict[str, str]] = []
     for j, user in enumerate(user_turns):
         messages.append({"role": "user", "content": user})
         if j < len(user_turns) - 1:
             messages.append({"role": "assistant", "content": answers[j]})
-    if getattr(tokenizer, "chat_template", None):
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
-        if not isinstance(ids, torch.Tensor):  # some versions return a BatchEncoding
-            ids = ids["input_ids"]
+    ids = chat_template_ids(tokenizer, messages)
+    if ids is not None:
         return ids
     text = "\n\n".join(f"{m['role'].capitalize()}: {m['content']}" for m in messages) + "\n\nAssistant:"
     return tokenizer(text, return_tensors="pt").input_ids
