@@ -149,6 +149,10 @@ size_t pld_index_min_n(const pld_index *index);
 size_t pld_index_max_n(const pld_index *index);
 pld_policy pld_index_policy(const pld_index *index);
 
+/* The 32-bit tag the index files an n-gram under (1 <= n <= PLD_MAX_NGRAM
+ * + 1), for tests that build colliding keys. Not part of the stable API. */
+uint32_t pld_index_ngram_tag(const int64_t *key, size_t n);
+
 /* ------------------------------------------------------------------------
  * Acceptance of a draft
  * ------------------------------------------------------------------------

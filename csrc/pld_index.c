@@ -59,6 +59,7 @@ struct pld_index {
     pld_table tables[PLD_MAX_NGRAM + 2];  /* tables[n] for n in [min_n, hi] */
     uint32_t *prev1[PLD_MAX_NGRAM + 1];   /* RECENT: cap entries per n */
     uint32_t suffix1[PLD_MAX_NGRAM + 2];  /* slot position of the suffix n-gram */
+    int wide_unigrams;    /* a token outside [0, 2^32) was ever pushed */
 };
 
 #define PLD_TABLE_MIN_CAPACITY 16u
@@ -69,28 +70,75 @@ struct pld_index {
 #define PLD_PREFETCH(p) ((void)(p))
 #endif
 
-/* ---------------------------------------------------------------- hashing */
+/* ---------------------------------------------------------------- hashing
+ *
+ * An n-gram's tag mixes its tokens from the newest back to the oldest, so
+ * push_token gets the tags of every size that ends at the new token in one
+ * pass. A unigram in [0, 2^32) -- a token id of any real vocabulary -- gets
+ * a bijective 32-bit mix instead: among such unigrams equal tags mean equal
+ * tokens, so a unigram probe need not read the sequence (see tag_is_key). */
 
-static inline uint32_t hash_tag(const int64_t *key, size_t n)
+#define PLD_HASH_SEED 0x9E3779B97F4A7C15ull
+
+static inline uint64_t hash_step(uint64_t h, int64_t token)
 {
-    uint64_t h = 0x9E3779B97F4A7C15ull * (uint64_t)(n + 1);
-    size_t i;
-    for (i = 0; i < n; i++) {
-        h ^= (uint64_t)key[i];
-        h *= 0xff51afd7ed558ccdull;
-        h ^= h >> 32;
-    }
+    h ^= (uint64_t)token;
+    h *= 0xff51afd7ed558ccdull;
+    return h ^ (h >> 32);
+}
+
+static inline uint32_t hash_final(uint64_t h)
+{
     h *= 0xc4ceb9fe1a85ec53ull;
     h ^= h >> 29;
     return (uint32_t)(h >> 32);
 }
 
+static inline int unigram_in_range(int64_t token)
+{
+    return token >= 0 && token <= (int64_t)UINT32_MAX;
+}
+
+/* A bijection of the 32-bit integers whose low bits spread well. */
+static inline uint32_t unigram_tag(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static inline uint32_t hash_tag(const int64_t *key, size_t n)
+{
+    uint64_t h = PLD_HASH_SEED;
+    size_t i = n;
+    if (n == 1 && unigram_in_range(key[0]))
+        return unigram_tag((uint32_t)key[0]);
+    while (i-- > 0)
+        h = hash_step(h, key[i]);
+    return hash_final(h);
+}
+
 /* ----------------------------------------------------------------- tables */
 
-/* The slot holding key (n tokens), or the empty slot where it would go. */
+/* Do the n tokens at a and b match? n is small (<= PLD_MAX_NGRAM + 1): a
+ * plain loop beats a call to memcmp. */
+static inline int keys_equal(const int64_t *a, const int64_t *b, size_t n)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+/* The slot holding key (n tokens), or the empty slot where it would go.
+ * tag_is_key: a matching tag is the key (no need to read the tokens). */
 static inline size_t table_probe(const pld_table *t, const int64_t *tokens,
                                  const int64_t *key, size_t n, uint32_t tag,
-                                 int *found)
+                                 int tag_is_key, int *found)
 {
     size_t i = tag & t->mask;
     for (;;) {
@@ -100,12 +148,28 @@ static inline size_t table_probe(const pld_table *t, const int64_t *tokens,
             return i;
         }
         if (s.tag == tag &&
-            memcmp(tokens + (s.pos1 - 1), key, n * sizeof(int64_t)) == 0) {
+            (tag_is_key || keys_equal(tokens + (s.pos1 - 1), key, n))) {
             *found = 1;
             return i;
         }
         i = (i + 1) & t->mask;
     }
+}
+
+/* Does a matching tag in tables[n] prove the key? For a unigram in
+ * [0, 2^32) it does while every unigram in the table is in that range:
+ * their tags are a bijection of their tokens. */
+static inline int tag_is_key(const pld_index *ix, const int64_t *key, size_t n)
+{
+    return n == 1 && !ix->wide_unigrams && unigram_in_range(key[0]);
+}
+
+/* table_probe on tables[n] of the index. */
+static inline size_t index_probe(const pld_index *ix, size_t n, const int64_t *key,
+                                 uint32_t tag, int *found)
+{
+    return table_probe(&ix->tables[n], ix->tokens, key, n, tag,
+                       tag_is_key(ix, key, n), found);
 }
 
 /* Zeroed memory for a table; large tables ask for transparent huge pages,
@@ -273,13 +337,22 @@ static pld_status reserve_tokens(pld_index *ix, size_t extra)
 
 /* ------------------------------------------------------------------ extend */
 
-/* Append one token; space for it is reserved. All or nothing. */
-static pld_status push_token(pld_index *ix, int64_t token)
+#if defined(__GNUC__) || defined(__clang__)
+#define PLD_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define PLD_ALWAYS_INLINE inline
+#endif
+
+/* Append one token; space for it is reserved. All or nothing. `policy` is
+ * ix->policy, passed as a constant so that each policy gets its own copy. */
+static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
+                                                  const pld_policy policy)
 {
     const size_t len1 = ix->len + 1;
-    const int with_freq = ix->policy == PLD_POLICY_FREQUENT;
+    const int with_freq = policy == PLD_POLICY_FREQUENT;
     const size_t top = ix->hi < len1 ? ix->hi : len1;
     uint32_t tags[PLD_MAX_NGRAM + 2];
+    uint64_t h = PLD_HASH_SEED;
     size_t n;
     for (n = ix->min_n; n <= top; n++) {
         pld_status st = table_reserve_one(&ix->tables[n], with_freq);
@@ -287,57 +360,69 @@ static pld_status push_token(pld_index *ix, int64_t token)
             return st;
     }
     ix->tokens[ix->len] = token;
-    /* Hash every size first and prefetch the home slots, so that the cache
-     * misses of large tables overlap instead of queueing. */
-    for (n = ix->min_n; n <= top; n++) {
-        const pld_table *t = &ix->tables[n];
-        tags[n] = hash_tag(ix->tokens + (len1 - n), n);
-        PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
+    if (!unigram_in_range(token))
+        ix->wide_unigrams = 1;
+    /* The tags of every size in one pass (as hash_tag computes them), and
+     * a prefetch of each home slot, so that the cache misses of large
+     * tables overlap instead of queueing. */
+    for (n = 1; n <= top; n++) {
+        h = hash_step(h, ix->tokens[len1 - n]);
+        if (n >= ix->min_n) {
+            const pld_table *t = &ix->tables[n];
+            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
+                                                         : hash_final(h);
+            PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
+        }
     }
     for (n = ix->min_n; n <= top; n++) {
         pld_table *t = &ix->tables[n];
         const size_t start = len1 - n;
         const int64_t *key = ix->tokens + start;
-        const uint32_t tag = tags[n];
         int found;
-        size_t s = table_probe(t, ix->tokens, key, n, tag, &found);
+        size_t s = index_probe(ix, n, key, tags[n], &found);
         if (!found) {
             t->slots[s].pos1 = (uint32_t)(start + 1);
-            t->slots[s].tag = tag;
+            t->slots[s].tag = tags[n];
             t->used++;
         }
-        switch (ix->policy) {
-        case PLD_POLICY_FIRST:
+        if (policy == PLD_POLICY_FIRST) {
             ix->suffix1[n] = t->slots[s].pos1;
-            break;
-        case PLD_POLICY_RECENT:
+        } else if (policy == PLD_POLICY_RECENT) {
             ix->prev1[n][start] = found ? t->slots[s].pos1 : 0;
             t->slots[s].pos1 = (uint32_t)(start + 1);
             ix->suffix1[n] = (uint32_t)(start + 1);
-            break;
-        case PLD_POLICY_FREQUENT: {
+        } else {
             const uint32_t count = ++t->freq[s].count;
             ix->suffix1[n] = t->slots[s].pos1;
             if (n > ix->min_n) {
                 /* This n-gram is the (n-1)-gram at `start` plus a follower. */
                 pld_table *p = &ix->tables[n - 1];
                 int pf;
-                size_t ps = table_probe(p, ix->tokens, key, n - 1,
-                                        hash_tag(key, n - 1), &pf);
+                size_t ps = index_probe(ix, n - 1, key, hash_tag(key, n - 1), &pf);
                 if (count > p->freq[ps].best_count) {
                     p->freq[ps].best_count = count;
                     p->freq[ps].best_pos1 = (uint32_t)(start + 1);
                 }
             }
-            break;
-        }
         }
     }
     ix->len = len1;
-    if (ix->policy == PLD_POLICY_FIRST) /* the next propose copies from here */
+    if (policy == PLD_POLICY_FIRST) /* the next propose copies from here */
         for (n = ix->min_n; n <= top && n <= ix->max_n; n++)
             PLD_PREFETCH(ix->tokens + (ix->suffix1[n] - 1 + n));
     return PLD_OK;
+}
+
+static pld_status push_token(pld_index *ix, int64_t token)
+{
+    switch (ix->policy) {
+    case PLD_POLICY_RECENT:
+        return push_token_as(ix, token, PLD_POLICY_RECENT);
+    case PLD_POLICY_FREQUENT:
+        return push_token_as(ix, token, PLD_POLICY_FREQUENT);
+    default:
+        return push_token_as(ix, token, PLD_POLICY_FIRST);
+    }
 }
 
 #define PLD_DEFINE_EXTEND(NAME, T)                                             \
@@ -373,7 +458,7 @@ static void refresh_suffix(pld_index *ix)
         const int64_t *key = ix->tokens + (ix->len - n);
         const pld_table *t = &ix->tables[n];
         int found;
-        size_t s = table_probe(t, ix->tokens, key, n, hash_tag(key, n), &found);
+        size_t s = index_probe(ix, n, key, hash_tag(key, n), &found);
         ix->suffix1[n] = found ? t->slots[s].pos1 : 0;
     }
 }
@@ -404,8 +489,7 @@ pld_status pld_index_truncate(pld_index *ix, size_t new_len)
             const size_t start = p + 1 - n;
             const int64_t *key = ix->tokens + start;
             int found;
-            size_t s = table_probe(t, ix->tokens, key, n, hash_tag(key, n),
-                                   &found);
+            size_t s = index_probe(ix, n, key, hash_tag(key, n), &found);
             if (!found || t->slots[s].pos1 != start + 1)
                 continue; /* FIRST: an earlier occurrence stays */
             if (ix->policy == PLD_POLICY_RECENT && ix->prev1[n][start] != 0)
@@ -450,7 +534,8 @@ static size_t propose_slice(const pld_index *ix, size_t k,
                 size_t start, count;
                 pld_rule_slice(i, n, k, limit, opts, &start, &count);
                 memcpy(out, ix->tokens + start, count * sizeof(int64_t));
-                count = cut_at_eos(out, count, opts);
+                if (opts->n_eos > 0)
+                    count = cut_at_eos(out, count, opts);
                 *ngram = count ? n : 0;
                 return count;
             }
@@ -488,7 +573,7 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
             size_t s;
             if (t->slots == NULL)
                 continue; /* no n-gram of this size seen yet */
-            s = table_probe(t, ix->tokens, key, n, hash_tag(key, n), &found);
+            s = index_probe(ix, n, key, hash_tag(key, n), &found);
             if (found && t->freq[s].best_count > 0) {
                 next = ix->tokens[t->freq[s].best_pos1 - 1 + n];
                 have = 1;
@@ -551,4 +636,9 @@ size_t pld_index_nbytes(const pld_index *ix)
     if (ix->policy == PLD_POLICY_RECENT)
         total += (ix->max_n - ix->min_n + 1) * ix->cap * sizeof(uint32_t);
     return total;
+}
+
+uint32_t pld_index_ngram_tag(const int64_t *key, size_t n)
+{
+    return hash_tag(key, n);
 }

@@ -739,11 +739,42 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
 
 /* ============================================================== NgramIndex */
 
-/* Drafts repeat the ids of frequent tokens: the first id seen in each
- * slot of this small table keeps its int object, so propose() reuses it
- * instead of allocating. Fill-once (no eviction): on a miss it allocates as
- * usual, which keeps rare ids from churning the table. */
-#define PLD_INT_SLOTS 512
+/* Drafts repeat the ids of frequent tokens: a process-wide table keeps one
+ * int object per id in [0, PLD_INT_CACHE_IDS) once a draft has carried it,
+ * so propose() reuses it instead of allocating one per draft token (other
+ * ids are allocated as usual). The table is zero pages until ids land in
+ * it; it holds at most one object per id of the vocabulary in use (32 bytes
+ * each: 1.6 MB for every id of a 50k vocabulary). The GIL guards it. */
+#define PLD_INT_CACHE_IDS ((int64_t)1 << 17)
+
+static PyObject **int_cache; /* PLD_INT_CACHE_IDS entries; NULL if the import could not allocate it */
+
+static PyObject *cached_int(int64_t v)
+{
+    PyObject *obj;
+    if (v < 0 || v >= PLD_INT_CACHE_IDS || int_cache == NULL)
+        return PyLong_FromLongLong(v);
+    obj = int_cache[v];
+    if (obj == NULL) {
+        obj = PyLong_FromLongLong(v);
+        if (obj == NULL)
+            return NULL;
+        int_cache[v] = obj;
+    }
+    Py_INCREF(obj);
+    return obj;
+}
+
+static void int_cache_clear(void)
+{
+    int64_t i;
+    if (int_cache == NULL)
+        return;
+    for (i = 0; i < PLD_INT_CACHE_IDS; i++)
+        Py_CLEAR(int_cache[i]);
+    free(int_cache);
+    int_cache = NULL;
+}
 
 typedef struct {
     PyObject_HEAD
@@ -752,29 +783,7 @@ typedef struct {
     size_t draft_cap;
     int busy;           /* set while the GIL is released over this index */
     size_t last_ngram;  /* match size behind the last proposal (0: none) */
-    int64_t int_values[PLD_INT_SLOTS];
-    PyObject *int_objects[PLD_INT_SLOTS]; /* strong references or NULL */
 } NgramIndexObject;
-
-static PyObject *draft_int(NgramIndexObject *self, int64_t v)
-{
-    const size_t slot = (size_t)(((uint64_t)v * 0x9E3779B97F4A7C15ull) >> 55) % PLD_INT_SLOTS;
-    PyObject *obj = self->int_objects[slot];
-    if (obj != NULL) {
-        if (self->int_values[slot] == v) {
-            Py_INCREF(obj);
-            return obj;
-        }
-        return PyLong_FromLongLong(v);
-    }
-    obj = PyLong_FromLongLong(v);
-    if (obj != NULL) {
-        self->int_values[slot] = v;
-        self->int_objects[slot] = obj;
-        Py_INCREF(obj);
-    }
-    return obj;
-}
 
 static const char *const policy_names[] = {"first", "recent", "frequent"};
 
@@ -837,9 +846,6 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
 
 static void NgramIndex_dealloc(NgramIndexObject *self)
 {
-    size_t i;
-    for (i = 0; i < PLD_INT_SLOTS; i++)
-        Py_CLEAR(self->int_objects[i]);
     pld_index_free(self->index);
     PyMem_Free(self->draft);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -902,9 +908,11 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     if (a[0] && parse_size(a[0], "num_pred_tokens", 1, PLD_MAX_DRAFT, &k) < 0)
         return NULL;
     if (a[1] == NULL && a[2] == NULL && a[3] == NULL) {
-        memset(&oh, 0, sizeof(oh));
-        oh.opts.semantics = PLD_SEED;
+        oh.opts.semantics = PLD_SEED; /* the defaults; eos_small stays unused */
         oh.opts.max_length = -1;
+        oh.opts.eos = NULL;
+        oh.opts.n_eos = 0;
+        oh.eos_heap = NULL;
     } else if (parse_opts(a[1], a[2], a[3], &oh) < 0) {
         return NULL;
     }
@@ -925,7 +933,7 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
         if (list == NULL)
             return NULL;
         for (i = 0; i < n; i++) {
-            PyObject *item = draft_int(self, self->draft[i]);
+            PyObject *item = cached_int(self->draft[i]);
             if (item == NULL) {
                 Py_DECREF(list);
                 return NULL;
@@ -1340,7 +1348,31 @@ error:
 
 /* ================================================================== module */
 
+/* _ngram_tag(tokens) -> int: the index's tag of the n-gram `tokens`. */
+static PyObject *py_ngram_tag(PyObject *self, PyObject *tokens)
+{
+    token_input ti;
+    int64_t key[PLD_MAX_NGRAM + 1];
+    size_t i;
+    (void)self;
+    if (token_input_get(tokens, "tokens", 0, &ti) < 0)
+        return NULL;
+    if (ti.len < 1 || ti.len > PLD_MAX_NGRAM + 1) {
+        token_input_release(&ti);
+        PyErr_Format(PyExc_ValueError, "tokens must hold 1 to %d ids, got %zu",
+                     PLD_MAX_NGRAM + 1, ti.len);
+        return NULL;
+    }
+    for (i = 0; i < ti.len; i++)
+        key[i] = ti.is32 ? ((const int32_t *)ti.data)[i] : ((const int64_t *)ti.data)[i];
+    i = ti.len;
+    token_input_release(&ti);
+    return PyLong_FromUnsignedLong(pld_index_ngram_tag(key, i));
+}
+
 static PyMethodDef module_methods[] = {
+    {"_ngram_tag", (PyCFunction)py_ngram_tag, METH_O,
+     "_ngram_tag(tokens) -> int: the index's hash tag of an n-gram (for tests)"},
     {"_find_candidate", (PyCFunction)(void (*)(void))py_find_candidate, METH_FASTCALL,
      "_find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics, "
      "max_length, eos_token_id) -> (start, count)"},
@@ -1358,9 +1390,15 @@ static PyMethodDef module_methods[] = {
      "Returns (n, tokens)."},
     {NULL, NULL, 0, NULL}};
 
+static void module_free(void *module)
+{
+    (void)module;
+    int_cache_clear();
+}
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "pld._core", "The C core of pld.", -1, module_methods,
-    NULL, NULL, NULL, NULL};
+    NULL, NULL, NULL, module_free};
 
 PyMODINIT_FUNC PyInit__core(void)
 {
@@ -1370,6 +1408,7 @@ PyMODINIT_FUNC PyInit__core(void)
     m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
+    int_cache = calloc((size_t)PLD_INT_CACHE_IDS, sizeof(PyObject *)); /* NULL: no cache */
     pld_rng_seed(&default_rng, (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32));
     Py_INCREF(&NgramIndexType);
     if (PyModule_AddObject(m, "NgramIndex", (PyObject *)&NgramIndexType) < 0)

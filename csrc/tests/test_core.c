@@ -547,6 +547,47 @@ static void test_index_long(void)
 
 /* ------------------------------------------------------ acceptance tests */
 
+/* The id in [0, 2^32) whose unigram tag is `tag` (inverts the index's
+ * 32-bit unigram mix; the caller checks the result). */
+static uint32_t unmix32(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x43021123u; /* inverse of 0x846ca68b mod 2^32 */
+    x ^= (x >> 15) ^ (x >> 30);
+    x *= 0x1d69e2a5u; /* inverse of 0x7feb352d mod 2^32 */
+    x ^= x >> 16;
+    return x;
+}
+
+/* An id outside [0, 2^32) and an in-range id with the same tag: the index
+ * must compare their tokens instead of trusting the tag. */
+static void test_index_tag_collision(void)
+{
+    const int64_t wides[3] = {((int64_t)1 << 40) + 12345, -7, INT64_MAX};
+    size_t w, order, pol, len, k;
+    for (w = 0; w < 3; w++) {
+        const int64_t wide = wides[w];
+        const uint32_t tag = pld_index_ngram_tag(&wide, 1);
+        const int64_t twin = (int64_t)unmix32(tag);
+        CHECKF(pld_index_ngram_tag(&twin, 1) == tag, "no tag twin for %lld",
+               (long long)wide);
+        for (order = 0; order < 2; order++) {
+            const int64_t a = order ? wide : twin, b = order ? twin : wide;
+            const int64_t seq[10] = {a, 1, b, 2, a, 3, b, 4, a, b};
+            for (pol = 0; pol < 3; pol++) {
+                pld_index *ix = pld_index_new(1, 2, (pld_policy)pol);
+                pld_lookup_opts o = seed_opts();
+                for (len = 1; len <= 10; len++) {
+                    CHECK(pld_index_extend(ix, seq + len - 1, 1) == PLD_OK);
+                    for (k = 1; k <= 3; k++)
+                        check_index(ix, seq, len, 1, 2, k, &o);
+                }
+                pld_index_free(ix);
+            }
+        }
+    }
+}
+
 static void test_accept_ids(void)
 {
     const int64_t d[] = {1, 2, 3};
@@ -887,6 +928,7 @@ int main(void)
     test_index_hand();
     test_index_random();
     test_index_long();
+    test_index_tag_collision();
     test_accept_ids();
     test_accept_logits_hand();
     test_accept_logits_random();
