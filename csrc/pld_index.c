@@ -346,15 +346,15 @@ static pld_status reserve_tokens(pld_index *ix, size_t extra)
 /* Append one token; space for it is reserved. All or nothing. `policy` is
  * ix->policy, passed as a constant so that each policy gets its own copy. */
 static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
-                                                  const pld_policy policy)
+                                                  const pld_policy policy,
+                                                  const size_t min_n, const size_t top)
 {
     const size_t len1 = ix->len + 1;
     const int with_freq = policy == PLD_POLICY_FREQUENT;
-    const size_t top = ix->hi < len1 ? ix->hi : len1;
     uint32_t tags[PLD_MAX_NGRAM + 2];
     uint64_t h = PLD_HASH_SEED;
     size_t n;
-    for (n = ix->min_n; n <= top; n++) {
+    for (n = min_n; n <= top; n++) {
         pld_status st = table_reserve_one(&ix->tables[n], with_freq);
         if (st != PLD_OK)
             return st;
@@ -367,14 +367,14 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
      * tables overlap instead of queueing. */
     for (n = 1; n <= top; n++) {
         h = hash_step(h, ix->tokens[len1 - n]);
-        if (n >= ix->min_n) {
+        if (n >= min_n) {
             const pld_table *t = &ix->tables[n];
             tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
                                                          : hash_final(h);
             PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
         }
     }
-    for (n = ix->min_n; n <= top; n++) {
+    for (n = min_n; n <= top; n++) {
         pld_table *t = &ix->tables[n];
         const size_t start = len1 - n;
         const int64_t *key = ix->tokens + start;
@@ -394,7 +394,7 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
         } else {
             const uint32_t count = ++t->freq[s].count;
             ix->suffix1[n] = t->slots[s].pos1;
-            if (n > ix->min_n) {
+            if (n > min_n) {
                 /* This n-gram is the (n-1)-gram at `start` plus a follower. */
                 pld_table *p = &ix->tables[n - 1];
                 int pf;
@@ -408,20 +408,25 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
     }
     ix->len = len1;
     if (policy == PLD_POLICY_FIRST) /* the next propose copies from here */
-        for (n = ix->min_n; n <= top && n <= ix->max_n; n++)
+        for (n = min_n; n <= top && n <= ix->max_n; n++)
             PLD_PREFETCH(ix->tokens + (ix->suffix1[n] - 1 + n));
     return PLD_OK;
 }
 
 static pld_status push_token(pld_index *ix, int64_t token)
 {
+    const size_t len1 = ix->len + 1;
+    const size_t top = ix->hi < len1 ? ix->hi : len1;
+    /* The default sizes (1..3) with constant bounds, so the loops unroll. */
+    if (ix->policy == PLD_POLICY_FIRST && ix->min_n == 1 && top == 3)
+        return push_token_as(ix, token, PLD_POLICY_FIRST, 1, 3);
     switch (ix->policy) {
     case PLD_POLICY_RECENT:
-        return push_token_as(ix, token, PLD_POLICY_RECENT);
+        return push_token_as(ix, token, PLD_POLICY_RECENT, ix->min_n, top);
     case PLD_POLICY_FREQUENT:
-        return push_token_as(ix, token, PLD_POLICY_FREQUENT);
+        return push_token_as(ix, token, PLD_POLICY_FREQUENT, ix->min_n, top);
     default:
-        return push_token_as(ix, token, PLD_POLICY_FIRST);
+        return push_token_as(ix, token, PLD_POLICY_FIRST, ix->min_n, top);
     }
 }
 
