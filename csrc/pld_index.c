@@ -343,8 +343,9 @@ static pld_status reserve_tokens(pld_index *ix, size_t extra)
 #define PLD_ALWAYS_INLINE inline
 #endif
 
-/* Append one token; space for it is reserved. All or nothing. `policy` is
- * ix->policy, passed as a constant so that each policy gets its own copy. */
+/* Append one token; space for it is reserved. All or nothing. `policy`,
+ * `min_n` and `top` are ix->policy, ix->min_n and min(ix->hi, len + 1),
+ * passed in so that constant values give each caller its own unrolled copy. */
 static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
                                                   const pld_policy policy,
                                                   const size_t min_n, const size_t top)
