@@ -62,6 +62,7 @@ def generate(
     streamer: Any = None,
     on_step: Optional[Callable[[loop.StepRecord], None]] = None,
     cost_aware: bool = True,
+    linear_kernel: str = "auto",
 ) -> Generation:
     """Generate with prompt lookup on a decoder-only transformers model.
 
@@ -73,7 +74,10 @@ def generate(
     StepRecord (proposed, accepted, tokens) as it happens. ``cost_aware``
     drops drafts from match sizes that have not paid for their verification
     on this machine (:class:`pld.draft_length.CostGate`; greedy only); the
-    output is the same either way.
+    output is the same either way. ``linear_kernel`` picks the matrix
+    product of the model's linear layers during the run
+    (:mod:`pld.linear_kernel`: ``"auto"`` uses oneDNN for a float32 model
+    on the CPU, ``"torch"`` torch's own).
     """
     from transformers import DynamicCache
 
@@ -129,6 +133,7 @@ def generate(
             on_step=on_step,
             record_steps=True,
             cost_aware=cost_aware,
+            linear_kernel=linear_kernel,
         )
     if streamer is not None:
         streamer.end()

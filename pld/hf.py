@@ -21,6 +21,7 @@ from transformers.generation import utils as _gen_utils
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from . import _core, loop
+from .linear_kernel import MODES
 
 logger = logging.getLogger("pld")
 
@@ -125,7 +126,7 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
 
 _original: dict = {}
 # Options of the native loop while enabled (set by enable()).
-_options: dict = {"cost_aware": True}
+_options: dict = {"cost_aware": True, "linear_kernel": "auto"}
 
 
 def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwargs: dict) -> Optional[str]:
@@ -194,6 +195,7 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
         output_scores=bool(want_dict and config.output_scores),
         output_logits=bool(want_dict and config.output_logits),
         cost_aware=_options["cost_aware"],
+        linear_kernel=_options["linear_kernel"],
     )
     if streamer is not None:
         streamer.end()
@@ -225,7 +227,7 @@ def _within_max_length(output: Any, config: Any) -> Any:
     return output
 
 
-def enable(*, cost_aware: bool = True) -> None:
+def enable(*, cost_aware: bool = True, linear_kernel: str = "auto") -> None:
     """Route prompt-lookup generation through pld (idempotent).
 
     ``cost_aware`` (default on): the native loop drops drafts from match
@@ -233,8 +235,17 @@ def enable(*, cost_aware: bool = True) -> None:
     :class:`pld.draft_length.CostGate`); on a GPU it lets nearly all through,
     on a CPU it skips weak 1-gram matches. Off: every draft is verified, as
     transformers does. The output is the same either way. Greedy decoding
-    only: under sampling every draft is verified, so seeded runs repeat."""
+    only: under sampling every draft is verified, so seeded runs repeat.
+
+    ``linear_kernel`` (default ``"auto"``): while the native loop runs, a
+    float32 model on the CPU computes its linear layers with oneDNN, which
+    reads the weights once for a few tokens, where torch's default kernel
+    makes a verification forward cost about two one-token forwards
+    (:mod:`pld.linear_kernel`); ``"torch"`` keeps torch's kernel."""
+    if linear_kernel not in MODES:
+        raise ValueError(f"linear_kernel: expected one of {MODES}, got {linear_kernel!r}")
     _options["cost_aware"] = bool(cost_aware)
+    _options["linear_kernel"] = linear_kernel
     if _original:
         return
     _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
@@ -256,13 +267,13 @@ def is_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def enabled(*, cost_aware: bool = True) -> Iterator[None]:
+def enabled(*, cost_aware: bool = True, linear_kernel: str = "auto") -> Iterator[None]:
     """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``"""
-    was, before = is_enabled(), _options["cost_aware"]
-    enable(cost_aware=cost_aware)
+    was, before = is_enabled(), dict(_options)
+    enable(cost_aware=cost_aware, linear_kernel=linear_kernel)
     try:
         yield
     finally:
-        _options["cost_aware"] = before
+        _options.update(before)
         if not was:
             disable()

@@ -22,6 +22,7 @@ import torch
 
 from . import _core
 from .draft_length import CostGate, DraftLength
+from .linear_kernel import LinearKernel
 
 # Warpers that treat each row on its own and never read input_ids: all draft
 # positions go through them in one call.
@@ -121,6 +122,7 @@ def run(
     record_steps: bool = False,
     adaptive: bool = False,
     cost_aware: bool = False,
+    linear_kernel: str = "auto",
 ) -> LoopResult:
     """Generate up to ``max_new_tokens`` after ``input_ids`` ([1, L]).
 
@@ -138,8 +140,44 @@ def run(
     ``stopping_criteria`` are called after every new token, as
     in plain decoding, so a stop inside an accepted block ends the output
     exactly where token-by-token decoding would; eos and the length budget
-    are handled here without calling them.
+    are handled here without calling them. ``linear_kernel`` picks the
+    matrix product of the model's linear layers during the run
+    (:mod:`pld.linear_kernel`): ``"auto"`` uses oneDNN for a float32 model
+    on the CPU, whose few-token products read the weights once, so that a
+    verification forward costs about a one-token forward; ``"torch"`` keeps
+    torch's own.
     """
+    options = dict(locals())
+    del options["linear_kernel"]
+    with LinearKernel(model, linear_kernel).routing():
+        return _decode(**options)
+
+
+def _decode(
+    model: Any,
+    input_ids: torch.Tensor,
+    *,
+    cache: Any,
+    max_new_tokens: int,
+    num_pred_tokens: int,
+    max_ngram_size: int,
+    min_ngram_size: int,
+    policy: str,
+    semantics: str,
+    eos_token_ids: Sequence[int],
+    attention_mask: Optional[torch.Tensor],
+    logits_processor: Optional[Sequence[Any]],
+    stopping_criteria: Optional[Sequence[Any]],
+    do_sample: bool,
+    streamer: Any,
+    output_scores: bool,
+    output_logits: bool,
+    on_step: Optional[Callable[[StepRecord], None]],
+    record_steps: bool,
+    adaptive: bool,
+    cost_aware: bool,
+) -> LoopResult:
+    """The loop of :func:`run`, inside its linear-kernel routing."""
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected shape [1, L], got {tuple(input_ids.shape)}")
     if num_pred_tokens < 1:

@@ -267,7 +267,8 @@ def test_adaptive_draft_length_same_tokens(arch):
 def test_every_loop_variant_same_tokens(arch):
     """The draft rule changes the cost of a step, never its tokens: the
     match policies, transformers' clipped continuations, a minimum n-gram
-    of 2 and the cost gate all give greedy's output."""
+    of 2, the cost gate and torch's own linear kernel (instead of oneDNN)
+    in verification forwards all give greedy's output."""
     import torch
     from transformers import DynamicCache
 
@@ -278,7 +279,8 @@ def test_every_loop_variant_same_tokens(arch):
     rng = random.Random(f"variants-{arch}")
     variants = [dict(policy=p) for p in pld.POLICIES] + [dict(semantics="transformers"),
                                                          dict(min_ngram_size=2, max_ngram_size=3),
-                                                         dict(cost_aware=True)]
+                                                         dict(cost_aware=True),
+                                                         dict(linear_kernel="torch")]
     accepted = {i: 0 for i in range(len(variants))}
     for _ in range(8):
         ids = mf.as_ids(mf.repeated_prompt(rng))

@@ -79,6 +79,21 @@ def _greedy(s: Setup) -> Generate:
     return run
 
 
+@register("greedy_onednn", "plain greedy model.generate with its linear layers on oneDNN, the kernel "
+          "pld's loop uses (what the kernel alone gives)")
+def _greedy_onednn(s: Setup) -> Generate:
+    import torch
+
+    from pld.linear_kernel import LinearKernel
+
+    kernel = LinearKernel(s.model, "onednn")
+
+    def run(ids):
+        with torch.no_grad(), kernel.routing():
+            return s.model.generate(ids, **s.greedy_kwargs())
+    return run
+
+
 @register("transformers", "transformers' own prompt lookup (generate, prompt_lookup_num_tokens)", default=True)
 def _transformers(s: Setup) -> Generate:
     import torch
@@ -128,6 +143,8 @@ register("pld_adaptive", "native loop, draft length adapts to acceptance (same o
 register("pld_min2", "native loop, no draft from a 1-token match (same output)")(_loop(min_ngram_size=2))
 register("pld_gated", "native loop, drafts only from match sizes that pay for their verification "
          "on this machine (CostGate)")(_loop(cost_aware=True))
+register("pld_torch_linear", "the pld default (native loop, CostGate) with torch's own linear "
+         "kernel instead of oneDNN (pld.linear_kernel)")(_loop(cost_aware=True, linear_kernel="torch"))
 register("pld_clipped", "native loop, transformers' match rule: a match near the end proposes "
          "what follows it, even if shorter than k")(_loop(semantics="transformers"))
 

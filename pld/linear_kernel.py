@@ -1,0 +1,132 @@
+"""The matrix product behind a model's linear layers while pld decodes.
+
+A prompt-lookup step verifies 1 + k tokens in one forward. That pays only
+if a forward over a few tokens costs about what a one-token forward costs:
+both should read every weight once, and the extra arithmetic is small. On a
+GPU it does. On a CPU it depends on the kernel. torch's float32
+``nn.Linear`` calls MKL, whose small-M products run far below the
+arithmetic peak of AMD cores (M = 2 and 3 even cost two and three
+matrix-vector products): with the embedded 135M model an 11-token forward
+took 2-2.6 one-token forwards, and prompt lookup barely paid. oneDNN's
+float32 product (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's
+own compiler uses for frozen linears) reads the weights once at these
+widths, and on such cores its one-token products are faster than MKL's too.
+
+:class:`LinearKernel` routes a model's plain float32 CPU ``nn.Linear``
+layers through oneDNN while :meth:`LinearKernel.routing` is active. pld's
+native loop runs inside it (``linear_kernel="auto"``). The two kernels sum
+in different orders, so logits differ from torch's default in the last
+bits, as torch's own one-token and many-token products already differ from
+each other; greedy outputs stay identical unless two logits tie to within
+float32 rounding (the test suite checks identity on real prompts). Part of
+pld's speed on such a CPU is then the kernel's, not prompt lookup's: the
+benchmark's ``greedy_onednn`` method (plain greedy inside the same routing)
+shows which part.
+"""
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Any, Iterator, List, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+MODES = ("auto", "onednn", "torch")
+
+
+def _onednn_op() -> Optional[Any]:
+    """The oneDNN linear op when this torch build has it and it agrees with
+    F.linear on a probe; None otherwise."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+    if op is None:
+        return None
+    try:
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(1, 3, 16, generator=gen)
+        w = torch.randn(8, 16, generator=gen)
+        b = torch.randn(8, generator=gen)
+        if not torch.allclose(op(x, w, b, "none", [], ""), F.linear(x, w, b), atol=1e-5):
+            return None
+    except (RuntimeError, TypeError):
+        return None
+    return op
+
+
+_OP: Any = None
+_PROBED = False
+
+
+def onednn_available() -> bool:
+    """Whether this torch build offers a working oneDNN float32 linear."""
+    global _OP, _PROBED
+    if not _PROBED:
+        _OP, _PROBED = _onednn_op(), True
+    return _OP is not None
+
+
+class LinearKernel:
+    """Route ``model``'s float32 CPU ``nn.Linear`` layers through oneDNN
+    inside :meth:`routing`.
+
+    ``mode``: ``"auto"`` routes when the model has such layers and oneDNN
+    works; ``"onednn"`` demands it (ValueError when it cannot be had);
+    ``"torch"`` never routes. :attr:`active` says whether routing will take
+    place, :attr:`reason` why not.
+    """
+
+    def __init__(self, model: Any, mode: str = "auto") -> None:
+        if mode not in MODES:
+            raise ValueError(f"linear_kernel: expected one of {MODES}, got {mode!r}")
+        self.layers: List[nn.Linear] = []
+        self.reason = ""
+        if mode == "torch":
+            self.reason = "linear_kernel='torch'"
+        elif not onednn_available():
+            self.reason = "this torch build has no working oneDNN linear"
+        else:
+            self.layers = [m for m in model.modules() if _routable(m)] \
+                if isinstance(model, nn.Module) else []
+            if not self.layers:
+                self.reason = "the model has no float32 nn.Linear on the CPU"
+        if mode == "onednn" and not self.layers:
+            raise ValueError(f"linear_kernel='onednn' cannot be used: {self.reason}")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.layers)
+
+    @contextlib.contextmanager
+    def routing(self) -> Iterator[None]:
+        """While active, the routed layers compute with oneDNN; on exit (also
+        by an exception) every layer has torch's forward again."""
+        if not self.layers:
+            yield
+            return
+        # An instance attribute shadows nn.Linear.forward (nn.Module.__call__
+        # looks it up on the instance). The op is read at call time, so a
+        # test can wrap it.
+        for layer in self.layers:
+            layer.__dict__["forward"] = types.MethodType(_onednn_forward, layer)
+        try:
+            yield
+        finally:
+            for layer in self.layers:
+                layer.__dict__.pop("forward", None)
+
+
+def _routable(m: Any) -> bool:
+    # exactly nn.Linear: subclasses (quantized, LoRA, ...) have their own forward
+    return (type(m) is nn.Linear and m.weight.device.type == "cpu"
+            and m.weight.dtype == torch.float32
+            and (m.bias is None or m.bias.dtype == torch.float32)
+            and "forward" not in vars(m))
+
+
+def _onednn_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    if x.dtype != torch.float32:
+        return F.linear(x, self.weight, self.bias)
+    return _OP(x, self.weight, self.bias, "none", [], "")
