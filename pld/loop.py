@@ -22,6 +22,7 @@ import torch
 
 from . import _core
 from .draft_length import CostGate, DraftLength
+from .gqa_attention import shared_kv_heads
 from .linear_kernel import LinearKernel
 
 # Warpers that treat each row on its own and never read input_ids: all draft
@@ -145,11 +146,13 @@ def run(
     (:mod:`pld.linear_kernel`): ``"auto"`` uses oneDNN for a float32 model
     on the CPU, whose few-token products read the weights once, so that a
     verification forward costs about a one-token forward; ``"torch"`` keeps
-    torch's own.
+    torch's own. Grouped-query attention over several tokens reads the
+    cache's shared key/value heads in place (:mod:`pld.gqa_attention`; the
+    same numbers as transformers' copies).
     """
     options = dict(locals())
     del options["linear_kernel"]
-    with LinearKernel(model, linear_kernel).routing():
+    with LinearKernel(model, linear_kernel).routing(), shared_kv_heads():
         return _decode(**options)
 
 
@@ -177,7 +180,7 @@ def _decode(
     adaptive: bool,
     cost_aware: bool,
 ) -> LoopResult:
-    """The loop of :func:`run`, inside its linear-kernel routing."""
+    """The loop of :func:`run`, inside its kernel choices."""
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected shape [1, L], got {tuple(input_ids.shape)}")
     if num_pred_tokens < 1:

@@ -52,6 +52,21 @@ def test_markdown_table_has_a_line_per_summary():
     assert "| rag | pld | 2 | 10 | 25.00 ± 7.07 | 2.50x ± 0.71 |" in text
 
 
+def test_same_kernel_column_only_when_greedy_onednn_ran():
+    rows = ROWS + [_row("a", "rag", "greedy_onednn", 12.5), _row("b", "rag", "greedy_onednn", 20.0)]
+    got = {(s.group, s.method): s for s in report.summarize(rows, ["greedy", "greedy_onednn", "pld"])}
+    assert got[("rag", "pld")].vs_same_kernel == pytest.approx((20 / 12.5 + 30 / 20) / 2)
+    assert got[("rag", "greedy_onednn")].speedup == pytest.approx((1.25 + 2.0) / 2)
+    chat = got[("chat (turn 2)", "pld")].vs_same_kernel
+    assert chat != chat  # nan: no greedy_onednn row for that prompt
+    text = report.markdown(list(got.values()))
+    header = text.splitlines()[0]
+    assert "vs greedy on oneDNN" in header
+    assert all(line.count("|") == header.count("|") for line in text.splitlines())
+    assert "| 2.50x ± 0.71 | 1.62x | 1.55x | 1/2 |" in text
+    assert "vs greedy on oneDNN" not in report.markdown(report.summarize(ROWS, ["greedy", "pld"]))
+
+
 def test_write_outputs(tmp_path):
     text = report.write(ROWS, ["greedy", "transformers", "pld"], str(tmp_path), "caption: a test machine")
     assert text.endswith("caption: a test machine\n")

@@ -6,7 +6,10 @@ Output in the run's folder: ``table.md`` (printed too), ``summary.csv``,
 ``speedup_by_task.png`` (bars with std error bars per task),
 ``chat_categories.png`` (per chat category) and ``chat_turns.png`` (turn 1
 vs turn 2). Speedup is per prompt: a method's tokens/s over greedy's on the
-same prompt and turn; tables give its mean and standard deviation.
+same prompt and turn; tables give its mean and standard deviation. When
+the run has ``greedy_onednn`` (plain greedy on the linear kernel pld's loop
+uses), a column gives each method's speed over it too: prompt lookup's own
+share, apart from the kernel's.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
 TASK_ORDER = ("summarization", "rag", "chat", "code", "translation")
+SAME_KERNEL_GREEDY = "greedy_onednn"
 
 
 @dataclass
@@ -33,6 +37,7 @@ class Summary:
     speedup: float      # mean per prompt, over greedy
     speedup_std: float
     vs_transformers: float  # mean per-prompt ratio to transformers' prompt lookup (nan if absent)
+    vs_same_kernel: float   # mean per-prompt ratio to greedy on pld's kernel, greedy_onednn (nan if absent)
     identical: int      # outputs equal to greedy's
     tokens_per_forward: float
     forward_share: float
@@ -72,14 +77,15 @@ def summarize(rows: Iterable[Dict[str, Any]], methods: Sequence[str], key=_label
                 continue
             tps = [v[m]["tokens_per_second"] for v in have]
             speed = [v[m]["tokens_per_second"] / v["greedy"]["tokens_per_second"] for v in have]
-            vs_tr = [v[m]["tokens_per_second"] / v["transformers"]["tokens_per_second"]
-                     for v in have if "transformers" in v]
+            vs_tr = _ratios(have, m, "transformers")
+            vs_kernel = _ratios(have, m, SAME_KERNEL_GREEDY)
             out.append(Summary(
                 group=group, method=m, prompts=len(have),
                 new_tokens=statistics.mean(v[m]["new_tokens"] for v in have),
                 tokens_per_second=statistics.mean(tps), tokens_per_second_std=_std(tps),
                 speedup=statistics.mean(speed), speedup_std=_std(speed),
                 vs_transformers=statistics.mean(vs_tr) if vs_tr else float("nan"),
+                vs_same_kernel=statistics.mean(vs_kernel) if vs_kernel else float("nan"),
                 identical=sum(v[m]["output_sha1"] == v["greedy"]["output_sha1"] for v in have),
                 tokens_per_forward=statistics.mean(v[m]["new_tokens"] / max(1, v[m]["forward_calls"])
                                                    for v in have),
@@ -88,21 +94,34 @@ def summarize(rows: Iterable[Dict[str, Any]], methods: Sequence[str], key=_label
     return out
 
 
+def _ratios(have: Sequence[Dict[str, Dict[str, Any]]], method: str, reference: str) -> List[float]:
+    """Per prompt: ``method``'s tokens/s over ``reference``'s, where both ran."""
+    return [v[method]["tokens_per_second"] / v[reference]["tokens_per_second"]
+            for v in have if reference in v]
+
+
 def _std(xs: Sequence[float]) -> float:
     return statistics.stdev(xs) if len(xs) > 1 else 0.0
 
 
 def markdown(summaries: Sequence[Summary]) -> str:
+    kernel = any(s.vs_same_kernel == s.vs_same_kernel for s in summaries)
     lines = ["| task | method | prompts | new tokens | tokens/s | speedup vs greedy | vs transformers PL "
-             "| identical to greedy | tokens/forward | forward share |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+             + ("| vs greedy on oneDNN " if kernel else "")
+             + "| identical to greedy | tokens/forward | forward share |",
+             "|---|---|--:|--:|--:|--:|--:|" + ("--:|" if kernel else "") + "--:|--:|--:|"]
     for s in summaries:
-        vs = "" if s.vs_transformers != s.vs_transformers else f"{s.vs_transformers:.2f}x"
         lines.append(f"| {s.group} | {s.method} | {s.prompts} | {s.new_tokens:.0f} | "
                      f"{s.tokens_per_second:.2f} ± {s.tokens_per_second_std:.2f} | "
-                     f"{s.speedup:.2f}x ± {s.speedup_std:.2f} | {vs} | {s.identical}/{s.prompts} | "
-                     f"{s.tokens_per_forward:.2f} | {100 * s.forward_share:.0f}% |")
+                     f"{s.speedup:.2f}x ± {s.speedup_std:.2f} | {_times(s.vs_transformers)} | "
+                     + (f"{_times(s.vs_same_kernel)} | " if kernel else "")
+                     + f"{s.identical}/{s.prompts} | {s.tokens_per_forward:.2f} | "
+                     f"{100 * s.forward_share:.0f}% |")
     return "\n".join(lines)
+
+
+def _times(ratio: float) -> str:
+    return "" if ratio != ratio else f"{ratio:.2f}x"
 
 
 def caption(config: Dict[str, Any], torch: Any, model: Any) -> str:

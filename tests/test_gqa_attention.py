@@ -1,0 +1,116 @@
+"""pld.gqa_attention: shared key/value heads without copies, same numbers.
+
+On a tiny Llama whose 4 query heads share 2 key/value heads: a forward
+over several new tokens after a cached prompt gives bit-identical logits
+with and without the switch, without transformers' repeat_kv copies while
+it is active; one-token forwards keep transformers' own path; the switch
+is undone after an exception; pld's loop runs inside it.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import models_fixtures as mf
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
+
+torch = pytest.importorskip("torch")
+
+from pld.gqa_attention import shared_kv_heads  # noqa: E402
+
+sdpa = pytest.importorskip("transformers.integrations.sdpa_attention")
+
+
+@pytest.fixture
+def repeat_calls(monkeypatch):
+    calls = []
+    real = sdpa.repeat_kv
+
+    def counting(hidden_states, n_rep):
+        calls.append(tuple(hidden_states.shape))
+        return real(hidden_states, n_rep)
+
+    monkeypatch.setattr(sdpa, "repeat_kv", counting)
+    return calls
+
+
+def _forward(model, prompt, new):
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    with torch.no_grad():
+        model(input_ids=prompt, past_key_values=cache, use_cache=True)
+        ids = torch.cat([prompt, new], dim=1)
+        out = model(input_ids=new, past_key_values=cache, use_cache=True,
+                    attention_mask=torch.ones_like(ids))
+    return out.logits
+
+
+@pytest.mark.parametrize("width", [2, 5, 11])
+def test_same_logits_without_copies(width, repeat_calls):
+    model = mf.tiny_model("llama")
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    gen = torch.Generator().manual_seed(width)
+    prompt = torch.randint(0, mf.PROMPT_VOCAB, (1, 40), generator=gen)
+    new = torch.randint(0, mf.PROMPT_VOCAB, (1, width), generator=gen)
+    expected = _forward(model, prompt, new)
+    assert repeat_calls, "transformers copies the shared heads here (else this tests nothing)"
+    repeat_calls.clear()
+    with shared_kv_heads() as active:
+        got = _forward(model, prompt, new)
+    assert active
+    assert repeat_calls == []
+    assert torch.equal(got, expected)
+
+
+def test_one_token_forwards_keep_transformers_path(monkeypatch):
+    asked = []
+    original = sdpa.use_gqa_in_sdpa
+
+    def spy(*args):
+        asked.append(original(*args))
+        return asked[-1]
+
+    monkeypatch.setattr(sdpa, "use_gqa_in_sdpa", spy)
+    model = mf.tiny_model("llama")
+    prompt = torch.randint(0, mf.PROMPT_VOCAB, (1, 30))
+    with shared_kv_heads():
+        patched = sdpa.use_gqa_in_sdpa
+        mask = torch.ones(1, 1, 1, 31, dtype=torch.bool)
+        key = torch.zeros(1, 2, 31, 8)
+        assert patched(mask, key, key) == original(mask, key, key)   # one query token
+        wide = torch.ones(1, 1, 3, 33, dtype=torch.bool)
+        assert patched(wide, key, key) is True                          # several
+        assert patched(wide, key.to(torch.float64), key[..., :4]) is False  # head dims differ
+        _forward(model, prompt, prompt[:, :1])
+    assert sdpa.use_gqa_in_sdpa is spy
+
+
+def test_undone_after_an_exception():
+    before = sdpa.use_gqa_in_sdpa
+    with pytest.raises(RuntimeError, match="boom"):
+        with shared_kv_heads():
+            assert sdpa.use_gqa_in_sdpa is not before
+            raise RuntimeError("boom")
+    assert sdpa.use_gqa_in_sdpa is before
+
+
+def test_the_loop_reads_shared_heads_in_place(repeat_calls):
+    from transformers import DynamicCache
+
+    from pld import loop
+
+    model = mf.tiny_model("llama")
+    rng = random.Random("gqa-loop")
+    drafted = 0
+    for _ in range(4):
+        ids = mf.as_ids(mf.repeated_prompt(rng))
+        with torch.no_grad():
+            result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=16, num_pred_tokens=4,
+                              record_steps=True)
+        drafted += sum(1 for r in result.stats.records[1:] if r.proposed)
+    assert drafted > 0
+    assert repeat_calls == []
