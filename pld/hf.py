@@ -232,7 +232,8 @@ def enable(*, cost_aware: bool = True, linear_kernel: str = "auto") -> None:
 
     ``cost_aware`` (default on): the native loop drops drafts from match
     sizes that have not paid for their verification on this machine (see
-    :class:`pld.draft_length.CostGate`); on a GPU it lets nearly all through,
+    :class:`pld.draft_length.CostGate`); on a GPU, or on a CPU with the
+    oneDNN kernel, it lets nearly all through; with torch's default kernel
     on a CPU it skips weak 1-gram matches. Off: every draft is verified, as
     transformers does. The output is the same either way. Greedy decoding
     only: under sampling every draft is verified, so seeded runs repeat.

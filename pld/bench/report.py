@@ -193,6 +193,7 @@ def plot(summaries: Sequence[Summary], path: str, title: str, caption_text: str)
         return
     cell = {(s.group, s.method): s for s in summaries}
     width = 0.8 / len(methods)
+    top = 0.0
     width_inches = min(16.0, 3.0 + len(groups) * max(1.0, 0.3 * len(methods)))
     fig, ax = plt.subplots(figsize=(width_inches, 4.8))
     for j, m in enumerate(methods):
@@ -200,9 +201,11 @@ def plot(summaries: Sequence[Summary], path: str, title: str, caption_text: str)
         vals = [cell[(g, m)].speedup if (g, m) in cell else 0.0 for g in groups]
         errs = [cell[(g, m)].speedup_std if (g, m) in cell else 0.0 for g in groups]
         ax.bar(xs, vals, width, yerr=errs, capsize=3, label=m)
+        top = max([top] + [v + e for v, e in zip(vals, errs)])
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--", label="greedy")
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels(groups, rotation=20 if len(groups) > 5 else 0, ha="right" if len(groups) > 5 else "center")
+    ax.set_ylim(0, 1.3 * max(top, 1.0))  # headroom for the legend above the bars
     ax.set_ylabel("speedup over greedy (tokens/s)")
     ax.set_title(title)
     ax.legend(fontsize="small", ncol=min(4, len(methods) + 1))
