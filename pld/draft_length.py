@@ -6,9 +6,10 @@ per step does.
 Why adapt: a verification forward over 1 + k tokens is not free. On a CPU
 with torch's default float32 kernel it costs about twice a one-token forward
 already at k = 1 (a matrix product instead of a matrix-vector product); with
-the oneDNN kernel pld's loop uses (:mod:`pld.linear_kernel`) 1.1-1.5 times
-up to k = 10; on a GPU the extra cost is small but grows with k. So a draft pays only when enough
-of it is accepted, and a no-draft step is the cheapest step there is.
+the oneDNN kernel pld's loop uses (:mod:`pld.linear_kernel`) about 1.5
+times up to k = 10 (at 700 tokens of context); on a GPU the extra cost is
+small but grows with k. So a draft pays only when enough of it is
+accepted, and a no-draft step is the cheapest step there is.
 
 The adaptive schedule:
 
@@ -73,7 +74,7 @@ class CostGate:
     pay is dropped, so the step runs without one. On a GPU ``r`` is close to
     1 and every draft passes; on a CPU with torch's default float32 kernel,
     where ``r`` is about 2, only drafts from matches that gain more than a
-    token do (with oneDNN, ``r`` is 1.1-1.5 and most drafts pass). A closed
+    token do (with oneDNN, ``r`` is about 1.5 and more drafts pass). A closed
     size is let through every ``explore`` drafts so it can reopen when the
     text starts copying. The output never depends on the gate.
 
