@@ -79,6 +79,10 @@ def test_bad_modes_are_refused_by_name():
     with pytest.raises(ValueError, match="linear_kernel"):
         pld.enable(linear_kernel="fast")
     assert not pld.is_enabled()
+    ids = mf.as_ids([1, 2, 3, 1, 2])
+    for bad in ("fast", None, 1):
+        with pytest.raises(ValueError, match="linear_kernel"):
+            pld.generate(mf.tiny_model("llama"), ids, max_new_tokens=2, linear_kernel=bad)
     with pytest.raises(ValueError, match="linear_kernel='onednn' cannot be used"):
         linear_kernel.LinearKernel(_toy().double(), "onednn")
     plain = linear_kernel.LinearKernel(_toy(), "torch")
