@@ -19,7 +19,6 @@ the logits are identical.
 from __future__ import annotations
 
 import contextlib
-import inspect
 from typing import Any, Iterator, Optional
 
 import torch
@@ -27,16 +26,15 @@ import torch.nn.functional as F
 
 
 def _torch_has_gqa() -> bool:
+    """Whether torch's SDPA takes ``enable_gqa`` (a builtin: no signature to
+    read, so ask it)."""
+    q = torch.zeros(1, 2, 2, 4)
+    kv = torch.zeros(1, 1, 2, 4)
     try:
-        return "enable_gqa" in inspect.signature(F.scaled_dot_product_attention).parameters
-    except (TypeError, ValueError):  # a builtin without a signature: try it
-        try:
-            q = torch.zeros(1, 2, 2, 4)
-            kv = torch.zeros(1, 1, 2, 4)
-            F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
-            return True
-        except (TypeError, RuntimeError):
-            return False
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    except (TypeError, RuntimeError):
+        return False
+    return True
 
 
 _TORCH_HAS_GQA = _torch_has_gqa()
