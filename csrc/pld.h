@@ -123,6 +123,16 @@ pld_status pld_index_extend(pld_index *index, const int64_t *tokens,
 pld_status pld_index_extend_i32(pld_index *index, const int32_t *tokens,
                                 size_t count);
 
+/* Make room for `extra` more tokens: afterwards, extending by up to extra
+ * tokens in total (in any number of calls) allocates nothing and never
+ * rehashes, so each single-token extend costs O(max_n) in the worst case,
+ * not only amortised. A generation loop reserves prompt + max_new_tokens
+ * before its first step. Costs O(current table sizes) when a table grows.
+ * PLD_ERR_OVERFLOW if len + extra would exceed PLD_INDEX_MAX_TOKENS;
+ * PLD_ERR_NOMEM leaves the index consistent (possibly partly grown). A
+ * truncate does not shrink what was reserved. */
+pld_status pld_index_reserve(pld_index *index, size_t extra);
+
 /* Keep the first new_len tokens (new_len >= len is a no-op). Costs
  * O((len - new_len) * max_n) for FIRST and RECENT; FREQUENT rebuilds its
  * tables from the kept tokens, O(new_len * max_n). */

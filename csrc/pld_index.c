@@ -9,7 +9,9 @@
  * when a tag matches.
  *
  * Per policy, the position a slot holds:
- *   FIRST     the earliest occurrence of the n-gram;
+ *   FIRST     the earliest occurrence of the n-gram -- filed only when it
+ *             cannot be derived from the size below (see "FIRST files
+ *             lazily" further down);
  *   RECENT    the latest occurrence, with prev1[n][i] linking each
  *             occurrence to the one before it (0: none);
  *   FREQUENT  the earliest occurrence, plus counts (pld_freq) used to pick
@@ -172,15 +174,20 @@ static inline size_t index_probe(const pld_index *ix, size_t n, const int64_t *k
                        tag_is_key(ix, key, n), found);
 }
 
-/* Zeroed memory for a table; large tables ask for transparent huge pages,
- * since every probe of a table larger than the caches is a TLB miss too. */
+/* Zeroed memory for a table, written rather than calloc'ed: a fresh
+ * calloc'ed mapping reads as the shared zero page until written, so the
+ * rehash, which reads a new slot before writing it, would take two faults
+ * per page (the second a copy-on-write one, with a TLB shootdown across the
+ * process's threads; seen in profiles of table growth). Large tables also
+ * ask for transparent huge pages, since every probe of a table larger than
+ * the caches is a TLB miss too. */
 static void *alloc_table(size_t count, size_t size)
 {
+    void *p = NULL;
+    const size_t bytes = count * size;
 #ifdef __linux__
     const size_t huge = (size_t)2 << 20;
-    if (count >= huge / size) {
-        void *p = NULL;
-        const size_t bytes = count * size;
+    if (bytes >= huge) {
         if (posix_memalign(&p, huge, bytes) != 0)
             return NULL;
         (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure is fine */
@@ -188,7 +195,10 @@ static void *alloc_table(size_t count, size_t size)
         return p;
     }
 #endif
-    return calloc(count, size);
+    p = malloc(bytes);
+    if (p != NULL)
+        memset(p, 0, bytes);
+    return p;
 }
 
 static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
@@ -335,6 +345,37 @@ static pld_status reserve_tokens(pld_index *ix, size_t extra)
     return PLD_OK;
 }
 
+/* Grow every table to hold `extra` more entries at load <= 1/2, and the
+ * sequence to hold `extra` more tokens: one token adds at most one entry to
+ * each table. */
+pld_status pld_index_reserve(pld_index *ix, size_t extra)
+{
+    const int with_freq = ix != NULL && ix->policy == PLD_POLICY_FREQUENT;
+    size_t n;
+    pld_status st;
+    if (ix == NULL)
+        return PLD_ERR_ARG;
+    st = reserve_tokens(ix, extra);
+    if (st != PLD_OK)
+        return st;
+    for (n = ix->min_n; n <= ix->hi; n++) {
+        pld_table *t = &ix->tables[n];
+        const size_t cap = t->slots ? t->mask + 1 : 0;
+        size_t need, grown = cap ? cap : PLD_TABLE_MIN_CAPACITY;
+        if (extra > SIZE_MAX / 4 / sizeof(pld_freq) - t->used)
+            return PLD_ERR_OVERFLOW;
+        need = (t->used + extra) * 2;
+        if (need <= cap)
+            continue;
+        while (grown < need)
+            grown *= 2;
+        st = table_resize(t, grown, with_freq);
+        if (st != PLD_OK)
+            return st;
+    }
+    return PLD_OK;
+}
+
 /* ------------------------------------------------------------------ extend */
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -343,8 +384,93 @@ static pld_status reserve_tokens(pld_index *ix, size_t extra)
 #define PLD_ALWAYS_INLINE inline
 #endif
 
-/* Append one token; space for it is reserved. All or nothing. `policy`,
- * `min_n` and `top` are ix->policy, ix->min_n and min(ix->hi, len + 1),
+/* FIRST files lazily. Let g be an n-gram (n > min_n) and g' its last n-1
+ * tokens, whose earliest occurrence starts at p'. Every occurrence s of g
+ * holds g' at s + 1 >= p', so:
+ *   - if g occurs at p' - 1 (tokens[p' - 1] == g[0]), that is g's earliest
+ *     occurrence: it is derived from the size below, never filed;
+ *   - otherwise each occurrence of g has s + 1 > p', that is, g' was
+ *     already known when g arrived: tables[n] holds the earliest of them.
+ * So an n-gram is filed only when its last n-1 tokens are a repeat and the
+ * derivation fails. On a stream of fresh n-grams (random ids), no trigram
+ * is filed at all, so a step probes one large table instead of two, and
+ * real text files far fewer trigrams (the index is smaller, and more of it
+ * stays in cache).
+ *
+ * The earliest occurrence (start + 1) of the n-gram at `start` that ends
+ * the sequence, given first1 = that of its last n-1 tokens (at start + 1);
+ * *probe is set when the answer needs tables[n]. */
+static inline uint32_t first_by_derivation(const pld_index *ix, size_t start,
+                                           uint32_t first1, int *probe)
+{
+    *probe = 0;
+    if (first1 == start + 2)  /* g' is new here, so g is new here */
+        return (uint32_t)(start + 1);
+    if (first1 >= 2 && ix->tokens[first1 - 2] == ix->tokens[start])
+        return first1 - 1;    /* g occurs at p' - 1 */
+    *probe = 1;
+    return 0;
+}
+
+/* Append one token under FIRST; space for it is reserved. All or nothing.
+ * `min_n` and `top` (= min(max_n, len + 1)) are passed in so that constant
+ * values give the default sizes their own unrolled copy. */
+static PLD_ALWAYS_INLINE pld_status push_token_first(pld_index *ix, int64_t token,
+                                                     const size_t min_n, const size_t top)
+{
+    const size_t len1 = ix->len + 1;
+    uint32_t tags[PLD_MAX_NGRAM + 2];
+    uint64_t h = PLD_HASH_SEED;
+    size_t n;
+    for (n = min_n; n <= top; n++) {
+        pld_status st = table_reserve_one(&ix->tables[n], 0);
+        if (st != PLD_OK)
+            return st;
+    }
+    ix->tokens[ix->len] = token;
+    if (!unigram_in_range(token))
+        ix->wide_unigrams = 1;
+    /* The tags of every size in one pass (as hash_tag computes them) and a
+     * prefetch of each home slot, so that the misses of large tables
+     * overlap instead of queueing. */
+    for (n = 1; n <= top; n++) {
+        h = hash_step(h, ix->tokens[len1 - n]);
+        if (n >= min_n) {
+            const pld_table *t = &ix->tables[n];
+            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
+                                                         : hash_final(h);
+            PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
+        }
+    }
+    for (n = min_n; n <= top; n++) {
+        pld_table *t = &ix->tables[n];
+        const size_t start = len1 - n;
+        uint32_t first = 0;
+        int probe = 1;
+        if (n > min_n)
+            first = first_by_derivation(ix, start, ix->suffix1[n - 1], &probe);
+        if (probe) {
+            int found;
+            size_t s = index_probe(ix, n, ix->tokens + start, tags[n], &found);
+            if (!found) {
+                t->slots[s].pos1 = (uint32_t)(start + 1);
+                t->slots[s].tag = tags[n];
+                t->used++;
+            }
+            first = t->slots[s].pos1;
+        }
+        ix->suffix1[n] = first;
+        /* The next propose copies from here. Asked for now, the line
+         * arrives while the larger tables' probes still wait. */
+        PLD_PREFETCH(ix->tokens + (first - 1 + n));
+    }
+    ix->len = len1;
+    return PLD_OK;
+}
+
+/* Append one token under RECENT or FREQUENT (which file every n-gram);
+ * space for it is reserved. All or nothing. `policy`, `min_n` and `top`
+ * are ix->policy, ix->min_n and min(ix->hi, len + 1),
  * passed in so that constant values give each caller its own unrolled copy. */
 static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
                                                   const pld_policy policy,
@@ -386,9 +512,7 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
             t->slots[s].tag = tags[n];
             t->used++;
         }
-        if (policy == PLD_POLICY_FIRST) {
-            ix->suffix1[n] = t->slots[s].pos1;
-        } else if (policy == PLD_POLICY_RECENT) {
+        if (policy == PLD_POLICY_RECENT) {
             ix->prev1[n][start] = found ? t->slots[s].pos1 : 0;
             t->slots[s].pos1 = (uint32_t)(start + 1);
             ix->suffix1[n] = (uint32_t)(start + 1);
@@ -408,9 +532,6 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
         }
     }
     ix->len = len1;
-    if (policy == PLD_POLICY_FIRST) /* the next propose copies from here */
-        for (n = min_n; n <= top && n <= ix->max_n; n++)
-            PLD_PREFETCH(ix->tokens + (ix->suffix1[n] - 1 + n));
     return PLD_OK;
 }
 
@@ -418,16 +539,16 @@ static pld_status push_token(pld_index *ix, int64_t token)
 {
     const size_t len1 = ix->len + 1;
     const size_t top = ix->hi < len1 ? ix->hi : len1;
-    /* The default sizes (1..3) with constant bounds, so the loops unroll. */
-    if (ix->policy == PLD_POLICY_FIRST && ix->min_n == 1 && top == 3)
-        return push_token_as(ix, token, PLD_POLICY_FIRST, 1, 3);
     switch (ix->policy) {
     case PLD_POLICY_RECENT:
         return push_token_as(ix, token, PLD_POLICY_RECENT, ix->min_n, top);
     case PLD_POLICY_FREQUENT:
         return push_token_as(ix, token, PLD_POLICY_FREQUENT, ix->min_n, top);
     default:
-        return push_token_as(ix, token, PLD_POLICY_FIRST, ix->min_n, top);
+        /* The default sizes (1..3) with constant bounds, so the loops unroll. */
+        if (ix->min_n == 1 && top == 3)
+            return push_token_first(ix, token, 1, 3);
+        return push_token_first(ix, token, ix->min_n, top);
     }
 }
 
@@ -461,10 +582,19 @@ static void refresh_suffix(pld_index *ix)
     for (n = 0; n < PLD_MAX_NGRAM + 2; n++)
         ix->suffix1[n] = 0;
     for (n = ix->min_n; n <= ix->hi && n <= ix->len; n++) {
-        const int64_t *key = ix->tokens + (ix->len - n);
+        const size_t start = ix->len - n;
+        const int64_t *key = ix->tokens + start;
         const pld_table *t = &ix->tables[n];
-        int found;
-        size_t s = index_probe(ix, n, key, hash_tag(key, n), &found);
+        int found, probe = 1;
+        size_t s;
+        if (ix->policy == PLD_POLICY_FIRST && n > ix->min_n && ix->suffix1[n - 1] != 0) {
+            const uint32_t first = first_by_derivation(ix, start, ix->suffix1[n - 1], &probe);
+            if (!probe) {
+                ix->suffix1[n] = first;
+                continue;
+            }
+        }
+        s = index_probe(ix, n, key, hash_tag(key, n), &found);
         ix->suffix1[n] = found ? t->slots[s].pos1 : 0;
     }
 }

@@ -747,6 +747,14 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
  * each: 1.6 MB for every id of a 50k vocabulary). The GIL guards it. */
 #define PLD_INT_CACHE_IDS ((int64_t)1 << 17)
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PLD_PREFETCH_READ(p) __builtin_prefetch(p)
+#define PLD_PREFETCH_WRITE(p) __builtin_prefetch(p, 1)
+#else
+#define PLD_PREFETCH_READ(p) ((void)(p))
+#define PLD_PREFETCH_WRITE(p) ((void)(p))
+#endif
+
 static PyObject **int_cache; /* PLD_INT_CACHE_IDS entries; NULL if the import could not allocate it */
 
 static PyObject *cached_int(int64_t v)
@@ -928,10 +936,20 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     n = pld_index_propose_n(self->index, k, &oh.opts, self->draft, &self->last_ngram);
     opts_release(&oh);
     {
-        PyObject *list = PyList_New((Py_ssize_t)n);
+        PyObject *list;
         size_t i;
+        if (int_cache != NULL) /* the cache lines of the ids' entries, all at once */
+            for (i = 0; i < n; i++)
+                if (self->draft[i] >= 0 && self->draft[i] < PLD_INT_CACHE_IDS)
+                    PLD_PREFETCH_READ(&int_cache[self->draft[i]]);
+        list = PyList_New((Py_ssize_t)n);
         if (list == NULL)
             return NULL;
+        if (int_cache != NULL) /* then the objects, to be written (their refcounts) */
+            for (i = 0; i < n; i++)
+                if (self->draft[i] >= 0 && self->draft[i] < PLD_INT_CACHE_IDS &&
+                    int_cache[self->draft[i]] != NULL)
+                    PLD_PREFETCH_WRITE(int_cache[self->draft[i]]);
         for (i = 0; i < n; i++) {
             PyObject *item = cached_int(self->draft[i]);
             if (item == NULL) {
@@ -942,6 +960,28 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
         }
         return list;
     }
+}
+
+static PyObject *NgramIndex_reserve(NgramIndexObject *self, PyObject *arg)
+{
+    size_t n;
+    pld_status st;
+    if (index_check(self) < 0)
+        return NULL;
+    if (parse_size(arg, "n", 0, PY_SSIZE_T_MAX, &n) < 0)
+        return NULL;
+    if (n >= PLD_NOGIL_MIN_ELEMENTS) {
+        self->busy = 1;
+        Py_BEGIN_ALLOW_THREADS
+        st = pld_index_reserve(self->index, n);
+        Py_END_ALLOW_THREADS
+        self->busy = 0;
+    } else {
+        st = pld_index_reserve(self->index, n);
+    }
+    if (st != PLD_OK)
+        return raise_status(st, "reserve");
+    Py_RETURN_NONE;
 }
 
 static PyObject *NgramIndex_truncate(NgramIndexObject *self, PyObject *arg)
@@ -1028,6 +1068,10 @@ static PyMethodDef NgramIndex_methods[] = {
     {"propose", (PyCFunction)(void (*)(void))NgramIndex_propose, METH_FASTCALL | METH_KEYWORDS,
      "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None)\n--\n\n"
      "The draft for the current sequence, as a list of ints (possibly empty)."},
+    {"reserve", (PyCFunction)NgramIndex_reserve, METH_O,
+     "reserve(n)\n--\n\nMake room for n more tokens, so that the next extends (n tokens in\n"
+     "all) never grow a table: each then costs O(max_ngram_size) at worst, not only on\n"
+     "average. A generation loop reserves the number of new tokens it may add."},
     {"truncate", (PyCFunction)NgramIndex_truncate, METH_O,
      "truncate(n)\n--\n\nKeep the first n tokens."},
     {"tokens", (PyCFunction)NgramIndex_tokens, METH_NOARGS,

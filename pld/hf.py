@@ -88,6 +88,8 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
             self.index.truncate(0)
             self._seen = 0
         if length > self._seen:
+            if self._seen == 0:  # a new prompt: the tables grow here, not per step
+                self.index.reserve(min(max(self.max_length - length, 0), loop.RESERVE_MAX_NEW_TOKENS))
             self.index.extend(input_ids[0, self._seen:].tolist())
             self._seen = length
 

@@ -25,6 +25,9 @@ from .draft_length import CostGate, DraftLength
 from .gqa_attention import shared_kv_heads
 from .linear_kernel import LinearKernel
 
+# The index reserves table room for at most this many new tokens up front.
+RESERVE_MAX_NEW_TOKENS = 1 << 16
+
 # Warpers that treat each row on its own and never read input_ids: all draft
 # positions go through them in one call.
 _ROW_WISE_PROCESSORS = frozenset({
@@ -224,6 +227,9 @@ def _decode(
 
     index = _core.NgramIndex(max_ngram_size, min_ngram_size, policy)
     index.extend(input_ids[0].tolist())
+    # the tables' growth is paid here, not in a step (a cap: a rare
+    # generation longer than that grows as usual, amortised)
+    index.reserve(min(max_new_tokens, RESERVE_MAX_NEW_TOKENS))
     cur = prompt_len          # tokens in seq
     cached = 0                # tokens in the cache
     if hasattr(cache, "activate_past_recording"):

@@ -121,6 +121,12 @@ CASES = [
      "eos_token_id"),
     ("ix-propose-max-length-str", lambda: _index("frequent").propose(3, semantics="transformers",
                                                                      max_length="9"), "max_length"),
+    # ---- NgramIndex.reserve
+    ("ix-reserve-neg", lambda: _index().reserve(-1), r"\bn\b"),
+    ("ix-reserve-str", lambda: _index().reserve("1"), r"\bn\b"),
+    ("ix-reserve-none", lambda: _index().reserve(None), r"\bn\b"),
+    ("ix-reserve-float", lambda: _index().reserve(1.0), r"\bn\b"),
+    ("ix-reserve-huge", lambda: _index().reserve(2**70), r"\bn\b"),
     # ---- NgramIndex.truncate
     ("ix-truncate-neg", lambda: _index().truncate(-1), r"\bn\b|new_len|length"),
     ("ix-truncate-str", lambda: _index().truncate("1"), r"\bn\b|new_len|length"),

@@ -88,7 +88,8 @@ def test_index_matches_reference_under_random_ops(policy, max_n, vocab, seed, n_
         check_against(ix, ref, data, policy)
     cap = 250 if policy == "frequent" else 600
     for _ in range(n_ops):
-        op = data.draw(st.sampled_from(["one", "one", "one", "many", "numpy", "truncate"]))
+        op = data.draw(st.sampled_from(["one", "one", "one", "many", "numpy", "truncate",
+                                        "reserve"]))
         if op == "one":
             t = rng.randint(1, vocab)
             ix.extend(t)
@@ -105,6 +106,8 @@ def test_index_matches_reference_under_random_ops(policy, max_n, vocab, seed, n_
                 arr = arr[None, :]
             ix.extend(arr)
             ref.extend(ts)
+        elif op == "reserve":  # room for more: no answer changes
+            ix.reserve(rng.randint(0, 100))
         else:
             n = rng.randint(0, len(ref) + 3)
             ix.truncate(n)
@@ -223,6 +226,50 @@ def test_len_tokens_nbytes(policy):
     # extend with an empty sequence changes nothing
     ix.extend([])
     assert len(ix) == len(seq)
+
+
+@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
+def test_reserve_then_extends_allocate_nothing(policy):
+    """After reserve(n), n single-token extends never grow the index (so a
+    step never pays for a rehash), and the answers are those of an index
+    that did not reserve."""
+    rng = random.Random(7)
+    seq = [rng.randint(0, 50 if i % 2 else 5000) for i in range(3000)]
+    ix, plain = pld.NgramIndex(3, 1, policy), pld.NgramIndex(3, 1, policy)
+    ix.extend(seq[:1000])
+    plain.extend(seq[:1000])
+    ix.reserve(2000)
+    ix.propose(10)  # (nbytes counts propose's scratch buffer too)
+    reserved = ix.nbytes
+    for tok in seq[1000:]:
+        ix.extend(tok)
+        plain.extend(tok)
+        assert ix.nbytes == reserved
+        assert ix.propose(10) == plain.propose(10)
+    assert ix.tokens() == seq
+    ix.reserve(0)
+    assert ix.nbytes == reserved
+
+
+def test_reserve_refuses_too_many_tokens():
+    ix = pld.NgramIndex()
+    ix.extend([1, 2, 3])
+    with pytest.raises(ValueError, match="reserve"):
+        ix.reserve(2**40)
+    assert ix.tokens() == [1, 2, 3]
+
+
+def test_first_files_repeats_only():
+    """policy 'first' files an n-gram of size > min only when its last n-1
+    tokens repeat: over ids that never repeat it takes what a unigram
+    index takes (plus two empty tables), yet finds later repeats."""
+    seq = list(range(10, 20010))
+    tri, uni = pld.NgramIndex(3, 1, "first"), pld.NgramIndex(1, 1, "first")
+    tri.extend(seq)
+    uni.extend(seq)
+    assert tri.nbytes - uni.nbytes <= 2 * 16 * 8
+    tri.extend(seq[500:503])
+    assert tri.propose(4) == seq[503:507]
 
 
 def test_index_hand_checked():

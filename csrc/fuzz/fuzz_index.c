@@ -17,6 +17,7 @@
  *                     (op 1 and 3 via pld_index_extend_i32)
  *     op % 8 == 4     truncate to (next byte) * len / 255
  *     op % 8 == 5     truncate by (next byte % 4)
+ *                     (ops 4, 5 with bit 0x40 set: reserve next byte instead)
  *     op % 8 in 6..7  propose with k = next byte % 20, opts from op bits
  */
 #include "pld.h"
@@ -170,6 +171,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         case 4: case 5: {
             uint8_t b = next_byte();
+            if (op & 0x40) {
+                for (p = 0; p < 3; p++)
+                    if (pld_index_reserve(ix[p], b) != PLD_OK)
+                        abort();
+                break;
+            }
             size_t nl = (op % 8 == 4) ? len * b / 255 : (len > b % 4 ? len - b % 4 : 0);
             if (op & 0x80)
                 nl = len + b; /* beyond the end: a no-op */

@@ -489,6 +489,10 @@ static void test_index_random(void)
                     CHECK(r == PLD_OK);
                 }
                 len += c;
+            } else if (op == 7) { /* reserve: changes no answer */
+                size_t extra = t_below(64);
+                for (p = 0; p < 3; p++)
+                    CHECK(pld_index_reserve(ix[p], extra) == PLD_OK);
             } else { /* truncate */
                 size_t nl = len ? t_below(len + 2) : 0;
                 for (p = 0; p < 3; p++)
@@ -543,6 +547,89 @@ static void test_index_long(void)
     CHECKF(bad == 0, "%zu mismatches", bad);
     free(t);
     pld_index_free(ix);
+}
+
+/* reserve: afterwards `extra` single-token extends allocate nothing (the
+ * memory stays put) and the answers are unchanged; bad sizes are refused. */
+static void test_index_reserve(void)
+{
+    enum { N = 2000, EXTRA = 1500 };
+    int64_t *t = malloc(N * sizeof *t);
+    pld_lookup_opts so = seed_opts();
+    int p;
+    if (t == NULL)
+        abort();
+    for (p = 0; p < N; p++)
+        t[p] = (int64_t)t_below(p % 3 == 0 ? 4000 : 9);
+    CHECK(pld_index_reserve(NULL, 1) == PLD_ERR_ARG);
+    for (p = 0; p < 3; p++) {
+        pld_index *ix = pld_index_new(1, 3, (pld_policy)p);
+        size_t i, bytes, bad = 0, grew = 0;
+        if (ix == NULL)
+            abort();
+        CHECK(pld_index_extend(ix, t, N - EXTRA) == PLD_OK);
+        CHECK(pld_index_reserve(ix, 0) == PLD_OK);
+        CHECK(pld_index_reserve(ix, PLD_INDEX_MAX_TOKENS) == PLD_ERR_OVERFLOW);
+        CHECK(pld_index_reserve(ix, EXTRA) == PLD_OK);
+        bytes = pld_index_nbytes(ix);
+        for (i = N - EXTRA; i < N; i++) {
+            int64_t out[8];
+            size_t s, c, n;
+            CHECK(pld_index_extend(ix, t + i, 1) == PLD_OK);
+            grew += pld_index_nbytes(ix) != bytes;
+            if (p != PLD_POLICY_FIRST)
+                continue;
+            n = pld_index_propose(ix, 8, &so, out);
+            pld_find_candidate_i64(t, i + 1, 1, 3, 8, &so, &s, &c);
+            if (n != c || (c && memcmp(out, t + s, c * sizeof *out) != 0))
+                bad++;
+        }
+        CHECKF(grew == 0, "policy %d: memory changed in %zu of %d reserved extends", p, grew,
+               (int)EXTRA);
+        CHECKF(bad == 0, "policy %d: %zu mismatches after reserve", p, bad);
+        pld_index_free(ix);
+    }
+    free(t);
+}
+
+/* FIRST files an n-gram (n > min_n) only when its last n-1 tokens repeat:
+ * over ids that never repeat, the 2- and 3-gram tables stay empty, so the
+ * index takes what a unigram-only index takes plus two empty tables. */
+static void test_index_first_files_lazily(void)
+{
+    enum { N = 5000 };
+    pld_index *a = pld_index_new(1, 3, PLD_POLICY_FIRST);
+    pld_index *b = pld_index_new(1, 1, PLD_POLICY_FIRST);
+    int64_t *t = malloc(N * sizeof *t);
+    pld_lookup_opts so = seed_opts();
+    size_t i, extra;
+    int64_t out[4];
+    if (!a || !b || !t)
+        abort();
+    for (i = 0; i < N; i++)
+        t[i] = (int64_t)(i * 7919u % 100003u); /* distinct */
+    CHECK(pld_index_extend(a, t, N) == PLD_OK);
+    CHECK(pld_index_extend(b, t, N) == PLD_OK);
+    extra = pld_index_nbytes(a) - pld_index_nbytes(b);
+    CHECKF(extra <= 2 * 16 * 8, "2- and 3-gram tables take %zu bytes", extra);
+    CHECK(pld_index_propose(a, 4, &so, out) == 0);
+    /* Now repeat a stretch: its n-grams are found, under FIRST semantics. */
+    CHECK(pld_index_extend(a, t + 100, 50) == PLD_OK);
+    {
+        int64_t *u = malloc((N + 50) * sizeof *u);
+        size_t s, c, n;
+        if (u == NULL)
+            abort();
+        memcpy(u, t, N * sizeof *t);
+        memcpy(u + N, t + 100, 50 * sizeof *t);
+        n = pld_index_propose(a, 4, &so, out);
+        pld_find_candidate_i64(u, N + 50, 1, 3, 4, &so, &s, &c);
+        CHECK(n == 4 && c == 4 && memcmp(out, u + s, 4 * sizeof *out) == 0);
+        free(u);
+    }
+    free(t);
+    pld_index_free(a);
+    pld_index_free(b);
 }
 
 /* ------------------------------------------------------ acceptance tests */
@@ -928,6 +1015,8 @@ int main(void)
     test_index_hand();
     test_index_random();
     test_index_long();
+    test_index_reserve();
+    test_index_first_files_lazily();
     test_index_tag_collision();
     test_accept_ids();
     test_accept_logits_hand();
