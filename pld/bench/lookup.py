@@ -18,10 +18,15 @@ One-shot methods run on the contexts stream[:L + s] for a few offsets s
 (the same contexts the indexes pass through), in timed batches, until
 --repeats batches or --budget seconds (at least 3 calls); the cell is the
 median of the per-batch means. The indexes are built over stream[:L]
-(untimed) and then extended with the tokens that follow, --steps steps in
-batches of --batch, the four indexes taking turns batch by batch (so that
-they see the same machine load); the cell is the median of the per-batch
-means (the mean over all steps, which includes table growth, is reported too).
+(untimed; pld's reserve room for the --segment tokens to come, as pld's
+generation loop does for max_new_tokens; the dict grows as dicts do). Then,
+--steps / --segment rounds: the indexes take turns (so they see the same
+machine load); in its turn an index warms up on the segment after the
+timed one, is truncated back to L (untimed), and steps through the
+--segment tokens that follow stream[:L], timed in batches of --batch. The
+context stays within [L, L + segment]. The cell is the median of the batch
+means (the mean over all steps, and the first warm-up batch, on caches the
+previous index left, are reported too).
 The garbage collector is off while timing, as in timeit.
 
 Before timing, a few steps per L check that pld.NgramIndex("first"), the
@@ -70,6 +75,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="max seconds per one-shot cell (default 2.5; >= 3 calls always)")
     p.add_argument("--steps", type=int, default=20000,
                    help="index steps timed per cell (default 20000)")
+    p.add_argument("--segment", type=int, default=4000,
+                   help="steps per round: the context runs from L to L + segment and is "
+                   "truncated back (default 4000)")
     p.add_argument("--batch", type=int, default=500,
                    help="index steps per timed batch (default 500)")
     p.add_argument("--stream", choices=("real", "random", "both"), default="both")
@@ -131,44 +139,76 @@ def time_oneshot(fn: Callable, args: Sequence, repeats: int, budget: float,
             "us_min": min(means) / 1e3, "calls": calls, "batches": len(means)}
 
 
-def time_steps(indexes: Dict[str, tuple], follow: List[int], batch: int) -> Dict[str, Dict]:
+def time_steps(indexes: Dict[str, object], L: int, follow: List[int], warmup: List[int],
+               batch: int, rounds: int) -> Dict[str, Dict]:
     """Steps (propose(K) then extend(token)) over `follow` for several
-    indexes, timed per batch. The indexes take turns batch by batch (in a
-    rotating order), so they see the same machine conditions and their
-    ratios hold up on a busy machine. {name: (propose, extend)} -> {name:
-    stats}."""
+    indexes that hold the first L tokens of the stream, `rounds` times.
+
+    In each round every index (in a rotating order, so that all see the
+    same machine conditions) first steps through `warmup` (other tokens:
+    the index's hot data -- small tables, cached ids, the allocator --
+    comes back into cache after the previous index ran, while the probes
+    of the timed steps still go where they would in a long run), is
+    truncated back to L, and then runs all of `follow` back to back, timed
+    per batch of `batch` steps. Truncation is untimed; the context stays
+    within [L, L + len(follow)]. The cell is the median of the timed
+    batches' means; the first warm-up batch of each round, which runs on
+    the caches the previous index left, is reported as "cold".
+    {name: index} -> {name: stats}."""
     names = list(indexes)
-    means: Dict[str, List[float]] = {n: [] for n in names}
+    warm: Dict[str, List[float]] = {n: [] for n in names}
+    cold: Dict[str, List[float]] = {n: [] for n in names}
     totals = dict.fromkeys(names, 0)
+    chunks = [follow[b:b + batch] for b in range(0, len(follow), batch)]
+    first_warmup = warmup[:batch]
+    rest_warmup = warmup[batch:]
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for bi, b in enumerate(range(0, len(follow), batch)):
-            chunk = follow[b:b + batch]
+        for r in range(rounds):
             for j in range(len(names)):
-                name = names[(bi + j) % len(names)]
-                propose, extend = indexes[name]
-                t0 = _now()
-                for tok in chunk:
-                    propose(K)
-                    extend(tok)
-                dt = _now() - t0
-                totals[name] += dt
-                means[name].append(dt / len(chunk))
+                name = names[(r + j) % len(names)]
+                ix = indexes[name]
+                ix.truncate(L)
+                propose, extend = ix.propose, ix.extend
+                if first_warmup:
+                    t0 = _now()
+                    for tok in first_warmup:
+                        propose(K)
+                        extend(tok)
+                    cold[name].append((_now() - t0) / len(first_warmup))
+                    for tok in rest_warmup:
+                        propose(K)
+                        extend(tok)
+                    ix.truncate(L)
+                for chunk in chunks:
+                    t0 = _now()
+                    for tok in chunk:
+                        propose(K)
+                        extend(tok)
+                    dt = _now() - t0
+                    totals[name] += dt
+                    warm[name].append(dt / len(chunk))
     finally:
         if gc_was:
             gc.enable()
     out = {}
     for name in names:
-        ordered = sorted(means[name])
+        ordered = sorted(warm[name])
         out[name] = {
             "us": statistics.median(ordered) / 1e3,
-            "us_mean": totals[name] / len(follow) / 1e3,
+            "us_mean": totals[name] / (rounds * len(follow)) / 1e3,
+            "us_cold": statistics.median(cold[name]) / 1e3 if cold[name] else None,
             "us_min_batch": ordered[0] / 1e3,
             "us_p10_batch": ordered[len(ordered) // 10] / 1e3,
             "us_max_batch": ordered[-1] / 1e3,
-            "steps": len(follow), "batches": len(ordered)}
+            "steps": rounds * len(follow), "batches": len(ordered)}
     return out
+
+
+class _NoOpIndex:
+    """The harness floor: the step loop calling two builtins that do nothing."""
+    propose = extend = truncate = staticmethod(abs)
 
 
 # -------------------------------------------------------------- reporting
@@ -252,6 +292,8 @@ def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
             _fmt_us(first.get(str(L), {}).get("us_mean")) for L in sizes) + " |")
         rows.append(f"| *{IDX_FIRST}, fastest batch* | " + " | ".join(
             _fmt_us(first.get(str(L), {}).get("us_min_batch")) for L in sizes) + " |")
+        rows.append(f"| *{IDX_FIRST}, first batch after another index ran (cold)* | " + " | ".join(
+            _fmt_us(first.get(str(L), {}).get("us_cold")) for L in sizes) + " |")
     for other in (M_TORCH, M_HF, M_DICT, M_FIND):
         cells = res.get(other, {})
         if not cells:
@@ -411,7 +453,13 @@ def run(args: argparse.Namespace) -> int:
     steps, batch, repeats, budget = args.steps, args.batch, args.repeats, args.budget
     if args.quick:
         steps, repeats, budget = min(steps, 2000), min(repeats, 10), min(budget, 0.3)
-    batch = max(1, min(batch, steps))
+    if steps < 1 or args.segment < 1 or batch < 1:
+        print("--steps, --segment and --batch must be >= 1", file=sys.stderr)
+        return 2
+    segment = min(args.segment, steps)
+    rounds = -(-steps // segment)
+    steps = rounds * segment
+    batch = min(batch, segment)
     stream_names = ["real", "random"] if args.stream == "both" else [args.stream]
     os.makedirs(args.out, exist_ok=True)
 
@@ -441,7 +489,8 @@ def run(args: argparse.Namespace) -> int:
 
     info = {"machine": machine_info(), "versions": versions(),
             "config": {"sizes": sizes, "num_pred_tokens": K, "max_ngram_size": MAX_N,
-                       "min_ngram_size": MIN_N, "steps": steps, "batch": batch,
+                       "min_ngram_size": MIN_N, "steps": steps, "segment": segment,
+                       "rounds": rounds, "batch": batch,
                        "repeats": repeats, "budget_s": budget, "quick": args.quick,
                        "transformers_note": hf_note}}
     m, v = info["machine"], info["versions"]
@@ -449,12 +498,12 @@ def run(args: argparse.Namespace) -> int:
     print("versions: " + ", ".join(f"{k} {v[k]}" for k in
                                    ("python", "torch", "transformers", "numpy", "pld")))
 
-    floor = time_steps({"floor": (abs, abs)}, list(range(1000, 1000 + max(steps, 2000))),
-                       batch)["floor"]["us"]
+    floor = time_steps({"floor": _NoOpIndex()}, 0, list(range(1000, 1000 + segment)), [],
+                       batch, rounds)["floor"]["us"]
     info["harness_floor_us"] = floor
     print(f"harness floor (the step loop with two builtin calls): {floor:.3f} us/step")
 
-    need = sizes[-1] + steps + 16
+    need = sizes[-1] + 2 * segment + 16
     methods = [M_TORCH, M_HF, M_DICT, M_FIND] + [M_IDX.format(p) for p in POLICIES]
     results: Dict[str, Dict] = {}
     n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
@@ -472,17 +521,17 @@ def run(args: argparse.Namespace) -> int:
         toks_t = torch.from_numpy(np.ascontiguousarray(toks[:need])) if torch is not None else None
         tres: Dict[str, Dict] = {mm: {} for mm in methods}
         mres: Dict[str, Dict] = {M_IDX.format(p): {} for p in POLICIES}
-        for p in POLICIES:  # the same index after the timed steps (L + steps tokens)
+        for p in POLICIES:  # the same index after the timed steps (L + segment tokens)
             mres[M_IDX.format(p) + " after steps"] = {}
         if not args.no_dict_memory:
             mres[M_DICT + " (tracemalloc)"] = {}
         didx = baselines.PyDictIndex(MAX_N, MIN_N)
         # the same contexts for the one-shot methods: stream[:L + s]
-        offsets = [min(steps - 1, o) for o in (0, 1, 2, 97, 389, 1231, 4099, 9973, 15013, 19997)]
-        offsets = sorted(set(o for o in offsets if o < steps))
+        offsets = sorted({min(segment - 1, o) for o in (0, 1, 2, 97, 389, 1231, 2053, 3989)})
         for L in sizes:
             key = str(L)
-            follow = tl[L:L + steps]
+            follow = tl[L:L + segment]
+            warmup = tl[L + segment:L + 2 * segment]
 
             def tick(label):
                 if bar:
@@ -494,7 +543,7 @@ def run(args: argparse.Namespace) -> int:
             if toks_t is not None:  # agreement checks on a throwaway C index
                 chk = pld.NgramIndex(MAX_N, MIN_N, "first")
                 chk.extend(toks[:L])
-                for j in range(min(args.checks, steps)):
+                for j in range(min(args.checks, segment)):
                     _check_agreement(L, j, toks_t[None, :L + j], chk, didx,
                                      baselines.torch_seed_find_candidate_pred_tokens,
                                      pld, hf_make if j == 0 else None)
@@ -507,12 +556,14 @@ def run(args: argparse.Namespace) -> int:
                 ix = pld.NgramIndex(MAX_N, MIN_N, pol)
                 ix.extend(toks[:L])
                 mres[M_IDX.format(pol)][key] = ix.nbytes / L
+                ix.reserve(segment)  # as pld's loop reserves max_new_tokens
                 cidx[M_IDX.format(pol)] = ix
-            group = {name: (ix.propose, ix.extend) for name, ix in cidx.items()}
-            group[M_DICT] = (didx.propose, didx.extend)
-            for name, stats in time_steps(group, follow, batch).items():
+            group = dict(cidx)
+            group[M_DICT] = didx
+            for name, stats in time_steps(group, L, follow, warmup, batch, rounds).items():
                 tres[name][key] = stats
             for name, ix in cidx.items():
+                ix.extend(follow)  # (the last round truncated it back to L)
                 mres[name + " after steps"][key] = ix.nbytes / len(ix)
             del cidx, group, ix
             didx.truncate(L)
@@ -558,14 +609,18 @@ def run(args: argparse.Namespace) -> int:
           f"- machine: {m['cpu']}, {m['cores']} cores (load avg at start {m.get('loadavg_at_start')})",
           "- versions: " + ", ".join(f"{k} {v[k]}" for k in
                                      ("python", "torch", "transformers", "numpy", "pld")),
-          f"- lookup: max_ngram_size={MAX_N}, num_pred_tokens={K}; index steps: {steps} "
-          f"in batches of {batch} (median of batch means); one-shot: median of batch means, "
-          f"<= {repeats} batches / {budget} s per cell; gc off while timing",
+          f"- lookup: max_ngram_size={MAX_N}, num_pred_tokens={K}; index steps: {rounds} "
+          f"rounds of {segment} steps (context L .. L + {segment}); in each round the indexes "
+          f"take turns, each warming up on the next {segment} tokens (then truncated away) "
+          f"before its timed steps; batches of {batch}; cell = median of the batch means; "
+          f"one-shot: median of batch means, <= {repeats} batches / {budget} s per cell; "
+          "gc off while timing",
           f"- torch threads: {v.get('torch_threads')}; load avg at start "
           f"{m.get('loadavg_at_start')}, at end {info.get('loadavg_at_end')}",
           f"- harness floor (step loop calling two no-op builtins): {floor:.3f} us/step",
-          f"- memory: pld = NgramIndex.nbytes / L at L, and / (L + {steps}) after the timed "
-          "steps; dict = tracemalloc (dict, keys, token list and ints)",
+          f"- memory: pld = NgramIndex.nbytes / L at L, and / (L + {segment}) after the timed "
+          f"steps (with room reserved for them); dict = tracemalloc (dict, keys, token list "
+          "and ints)",
           f"- run time {elapsed:.0f} s\n"]
     for sname, sres in results.items():
         md.append(f"## stream `{sname}`: time per step (us)\n")
