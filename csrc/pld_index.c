@@ -384,6 +384,38 @@ pld_status pld_index_reserve(pld_index *ix, size_t extra)
 #define PLD_ALWAYS_INLINE inline
 #endif
 
+/* The first half of appending a token, shared by every policy: room in
+ * tables[min_n..top] (all or nothing), the token written at ix->len (len
+ * itself is not advanced), and tags[n] for n in [min_n, top] -- computed in
+ * one pass, as hash_tag computes them -- with a prefetch of each home slot,
+ * so that the misses of large tables overlap instead of queueing. */
+static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, const int with_freq,
+                                               const size_t min_n, const size_t top,
+                                               uint32_t *tags)
+{
+    const size_t len1 = ix->len + 1;
+    uint64_t h = PLD_HASH_SEED;
+    size_t n;
+    for (n = min_n; n <= top; n++) {
+        pld_status st = table_reserve_one(&ix->tables[n], with_freq);
+        if (st != PLD_OK)
+            return st;
+    }
+    ix->tokens[ix->len] = token;
+    if (!unigram_in_range(token))
+        ix->wide_unigrams = 1;
+    for (n = 1; n <= top; n++) {
+        h = hash_step(h, ix->tokens[len1 - n]);
+        if (n >= min_n) {
+            const pld_table *t = &ix->tables[n];
+            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
+                                                         : hash_final(h);
+            PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
+        }
+    }
+    return PLD_OK;
+}
+
 /* FIRST files lazily. Let g be an n-gram (n > min_n) and g' its last n-1
  * tokens, whose earliest occurrence starts at p'. Every occurrence s of g
  * holds g' at s + 1 >= p', so:
@@ -420,28 +452,10 @@ static PLD_ALWAYS_INLINE pld_status push_token_first(pld_index *ix, int64_t toke
 {
     const size_t len1 = ix->len + 1;
     uint32_t tags[PLD_MAX_NGRAM + 2];
-    uint64_t h = PLD_HASH_SEED;
     size_t n;
-    for (n = min_n; n <= top; n++) {
-        pld_status st = table_reserve_one(&ix->tables[n], 0);
-        if (st != PLD_OK)
-            return st;
-    }
-    ix->tokens[ix->len] = token;
-    if (!unigram_in_range(token))
-        ix->wide_unigrams = 1;
-    /* The tags of every size in one pass (as hash_tag computes them) and a
-     * prefetch of each home slot, so that the misses of large tables
-     * overlap instead of queueing. */
-    for (n = 1; n <= top; n++) {
-        h = hash_step(h, ix->tokens[len1 - n]);
-        if (n >= min_n) {
-            const pld_table *t = &ix->tables[n];
-            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
-                                                         : hash_final(h);
-            PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
-        }
-    }
+    pld_status st = push_begin(ix, token, 0, min_n, top, tags);
+    if (st != PLD_OK)
+        return st;
     for (n = min_n; n <= top; n++) {
         pld_table *t = &ix->tables[n];
         const size_t start = len1 - n;
@@ -479,28 +493,10 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
     const size_t len1 = ix->len + 1;
     const int with_freq = policy == PLD_POLICY_FREQUENT;
     uint32_t tags[PLD_MAX_NGRAM + 2];
-    uint64_t h = PLD_HASH_SEED;
     size_t n;
-    for (n = min_n; n <= top; n++) {
-        pld_status st = table_reserve_one(&ix->tables[n], with_freq);
-        if (st != PLD_OK)
-            return st;
-    }
-    ix->tokens[ix->len] = token;
-    if (!unigram_in_range(token))
-        ix->wide_unigrams = 1;
-    /* The tags of every size in one pass (as hash_tag computes them), and
-     * a prefetch of each home slot, so that the cache misses of large
-     * tables overlap instead of queueing. */
-    for (n = 1; n <= top; n++) {
-        h = hash_step(h, ix->tokens[len1 - n]);
-        if (n >= min_n) {
-            const pld_table *t = &ix->tables[n];
-            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
-                                                         : hash_final(h);
-            PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
-        }
-    }
+    pld_status st = push_begin(ix, token, with_freq, min_n, top, tags);
+    if (st != PLD_OK)
+        return st;
     for (n = min_n; n <= top; n++) {
         pld_table *t = &ix->tables[n];
         const size_t start = len1 - n;

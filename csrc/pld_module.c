@@ -962,7 +962,11 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     }
 }
 
-static PyObject *NgramIndex_reserve(NgramIndexObject *self, PyObject *arg)
+/* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
+ * released when n is large and the op may have that much work to do. */
+static PyObject *index_sized_op(NgramIndexObject *self, PyObject *arg,
+                                pld_status (*op)(pld_index *, size_t), const char *what,
+                                int may_release_gil)
 {
     size_t n;
     pld_status st;
@@ -970,32 +974,28 @@ static PyObject *NgramIndex_reserve(NgramIndexObject *self, PyObject *arg)
         return NULL;
     if (parse_size(arg, "n", 0, PY_SSIZE_T_MAX, &n) < 0)
         return NULL;
-    if (n >= PLD_NOGIL_MIN_ELEMENTS) {
+    if (may_release_gil && n >= PLD_NOGIL_MIN_ELEMENTS) {
         self->busy = 1;
         Py_BEGIN_ALLOW_THREADS
-        st = pld_index_reserve(self->index, n);
+        st = op(self->index, n);
         Py_END_ALLOW_THREADS
         self->busy = 0;
     } else {
-        st = pld_index_reserve(self->index, n);
+        st = op(self->index, n);
     }
     if (st != PLD_OK)
-        return raise_status(st, "reserve");
+        return raise_status(st, what);
     Py_RETURN_NONE;
+}
+
+static PyObject *NgramIndex_reserve(NgramIndexObject *self, PyObject *arg)
+{
+    return index_sized_op(self, arg, pld_index_reserve, "reserve", 1);
 }
 
 static PyObject *NgramIndex_truncate(NgramIndexObject *self, PyObject *arg)
 {
-    size_t n;
-    pld_status st;
-    if (index_check(self) < 0)
-        return NULL;
-    if (parse_size(arg, "n", 0, PY_SSIZE_T_MAX, &n) < 0)
-        return NULL;
-    st = pld_index_truncate(self->index, n);
-    if (st != PLD_OK)
-        return raise_status(st, "truncate");
-    Py_RETURN_NONE;
+    return index_sized_op(self, arg, pld_index_truncate, "truncate", 0);
 }
 
 static PyObject *NgramIndex_tokens(NgramIndexObject *self, PyObject *unused)
