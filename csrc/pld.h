@@ -124,9 +124,12 @@ pld_status pld_index_extend_i32(pld_index *index, const int32_t *tokens,
                                 size_t count);
 
 /* Make room for `extra` more tokens: afterwards, extending by up to extra
- * tokens in total (in any number of calls) allocates nothing and never
- * rehashes, so each single-token extend costs O(max_n) in the worst case,
- * not only amortised. A generation loop reserves prompt + max_new_tokens
+ * tokens in total (in any number of calls) never rehashes, so each
+ * single-token extend costs O(max_n) in the worst case, not only
+ * amortised; it allocates nothing either, with one exception: under FIRST
+ * with min_n == 1, an id in [0, 2^20) above every id seen so far grows the
+ * array of unigrams by id (doubling it: at most 10 times in the index's
+ * life, as ids of a vocabulary arrive). A generation loop reserves prompt + max_new_tokens
  * before its first step. Costs O(current table sizes) when a table grows.
  * PLD_ERR_OVERFLOW if len + extra would exceed PLD_INDEX_MAX_TOKENS;
  * PLD_ERR_NOMEM leaves the index consistent (possibly partly grown). A

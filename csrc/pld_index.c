@@ -20,6 +20,15 @@
  * suffix1[n] caches, after every change, the slot position (+1) of the
  * n-gram that ends the sequence, so a FIRST or RECENT propose touches no
  * hash table at all.
+ *
+ * FIRST with min_n == 1 keeps the unigrams of ids in [0, PLD_UNI_DIRECT)
+ * in a plain array indexed by id (uni[]) instead of tables[1]; see "Unigrams
+ * by id" below.
+ *
+ * FIRST tables of n-grams (n >= 2) also keep a presence filter and file new
+ * n-grams late (see "Filing late" below): on a stream of fresh n-grams the
+ * table is far larger than the caches, and a step would otherwise wait for
+ * one probe into it.
  */
 #if defined(__linux__) && !defined(_DEFAULT_SOURCE)
 #define _DEFAULT_SOURCE /* posix_memalign, madvise */
@@ -45,12 +54,30 @@ typedef struct {
     uint32_t best_count; /* how often the best follower follows; 0: none yet */
 } pld_freq;
 
+/* New n-grams that wait to be filed (at most this many per table). */
+#define PLD_PENDING 8
+
 typedef struct {
     pld_slot *slots;  /* capacity slots, capacity a power of two (or 0) */
     pld_freq *freq;   /* FREQUENT only: capacity entries, parallel to slots */
     size_t mask;      /* capacity - 1 */
-    size_t used;      /* occupied slots */
+    size_t used;      /* occupied slots plus pending entries */
+    /* Filtered tables only (FIRST, n >= 2): */
+    int filtered;
+    uint64_t *seen;   /* presence filter: word w for the homes [16w, 16w + 16) */
+    pld_slot pending[PLD_PENDING]; /* new n-grams not yet in slots, a ring */
+    size_t n_pending, pending_head; /* pending_head: the oldest */
 } pld_table;
+
+/* FIRST, min_n == 1: the unigram of an id in [0, PLD_UNI_DIRECT). */
+typedef struct {
+    uint32_t pos1; /* earliest occurrence + 1; 0: the id does not occur */
+    uint32_t pred; /* the token before that occurrence if it is in
+                    * [0, PLD_PRED_NONE), else PLD_PRED_NONE (read the sequence) */
+} pld_uni;
+
+#define PLD_UNI_DIRECT ((int64_t)1 << 20)
+#define PLD_PRED_NONE UINT32_MAX
 
 struct pld_index {
     int64_t *tokens;      /* the sequence: cap entries, len used */
@@ -62,6 +89,9 @@ struct pld_index {
     uint32_t *prev1[PLD_MAX_NGRAM + 1];   /* RECENT: cap entries per n */
     uint32_t suffix1[PLD_MAX_NGRAM + 2];  /* slot position of the suffix n-gram */
     int wide_unigrams;    /* a token outside [0, 2^32) was ever pushed */
+    int uni_direct;       /* FIRST with min_n == 1: uni[] is in use */
+    pld_uni *uni;         /* uni_cap entries (a power of two, or 0) */
+    size_t uni_cap;
 };
 
 #define PLD_TABLE_MIN_CAPACITY 16u
@@ -201,10 +231,136 @@ static void *alloc_table(size_t count, size_t size)
     return p;
 }
 
+/* ------------------------------------------------------------ filing late
+ *
+ * A FIRST table of n-grams (n >= 2) keeps a presence filter: one 64-bit
+ * word for every 16 home slots, in which an n-gram sets two bits picked by
+ * its tag (at least 8 bits an entry at load <= 1/2: about 5% false
+ * positives when full). Every filed or pending n-gram has its bits set, so
+ * a clear bit proves the n-gram is not in the table, and the filter, a
+ * sixteenth of the table's size, mostly answers from the cache. A word
+ * depends only on the entries whose home it covers: a deletion recomputes
+ * it from them (seen_refresh), and a resize rebuilds them all.
+ *
+ * An n-gram the filter proves new is not probed for: it joins a ring of at
+ * most PLD_PENDING pending entries, its home slot is prefetched, and it is
+ * filed when the ring is full -- by then the slot has arrived, so filing
+ * does not wait for memory. A lookup that the filter lets through checks
+ * the ring as well as the table. Pending entries are counted in `used`;
+ * a resize files them, and truncation files them before it undoes
+ * anything, so only these few paths know of the ring. */
+
+/* Home slots per filter word; a table has at least PLD_TABLE_MIN_CAPACITY
+ * (16) slots, so at least one word. */
+#ifndef PLD_SEEN_SHIFT
+#define PLD_SEEN_SHIFT 4
+#endif
+#define PLD_SEEN_HOMES ((size_t)1 << PLD_SEEN_SHIFT)
+
+static inline size_t seen_word(const pld_table *t, uint32_t tag)
+{
+    return (tag & t->mask) >> PLD_SEEN_SHIFT;
+}
+
+/* Two bits from a remix of the tag (the word took its low bits). */
+static inline uint64_t seen_bits(uint32_t tag)
+{
+    const uint32_t m = tag * 0x9E3779B1u;
+    return (1ull << (m >> 26)) | (1ull << ((m >> 20) & 63u));
+}
+
+static inline int seen_maybe(const pld_table *t, uint32_t tag)
+{
+    const uint64_t b = seen_bits(tag);
+    return (t->seen[seen_word(t, tag)] & b) == b;
+}
+
+static inline void seen_add(pld_table *t, uint32_t tag)
+{
+    t->seen[seen_word(t, tag)] |= seen_bits(tag);
+}
+
+/* Recompute the filter word of `tag` from the entries whose home it covers
+ * (after a deletion). Such an entry sits at or after its home with every
+ * slot between them taken, so a scan from the word's first home that stops
+ * at the first free slot past its last home meets them all. */
+static void seen_refresh(pld_table *t, uint32_t tag)
+{
+    const size_t w = seen_word(t, tag);
+    size_t i = w << PLD_SEEN_SHIFT, steps = 0;
+    uint64_t bits = 0;
+    for (;; i = (i + 1) & t->mask, steps++) {
+        const pld_slot s = t->slots[i];
+        if (s.pos1 == 0) {
+            if (steps >= PLD_SEEN_HOMES)
+                break;
+            continue;
+        }
+        if (seen_word(t, s.tag) == w)
+            bits |= seen_bits(s.tag);
+    }
+    t->seen[w] = bits;
+}
+
+/* Put an entry whose key is in no slot into the first free slot of its run. */
+static inline size_t table_place(pld_table *t, pld_slot entry)
+{
+    size_t i = entry.tag & t->mask;
+    while (t->slots[i].pos1 != 0)
+        i = (i + 1) & t->mask;
+    t->slots[i] = entry;
+    return i;
+}
+
+/* File the oldest pending entry. */
+static inline void file_oldest(pld_table *t)
+{
+    (void)table_place(t, t->pending[t->pending_head]);
+    t->pending_head = (t->pending_head + 1) % PLD_PENDING;
+    t->n_pending--;
+}
+
+static void file_pending(pld_table *t)
+{
+    while (t->n_pending > 0)
+        file_oldest(t);
+    t->pending_head = 0;
+}
+
+/* Queue a new n-gram (the filter proved it absent, so it is in neither the
+ * slots nor the ring); room for it is reserved. */
+static inline void queue_new(pld_table *t, uint32_t pos1, uint32_t tag)
+{
+    pld_slot e;
+    if (t->n_pending == PLD_PENDING)
+        file_oldest(t);
+    e.pos1 = pos1;
+    e.tag = tag;
+    t->pending[(t->pending_head + t->n_pending) % PLD_PENDING] = e;
+    t->n_pending++;
+    t->used++;
+    seen_add(t, tag); /* push_begin prefetched the home slot */
+}
+
+/* The pending entry holding key (n tokens), as its pos1; 0 if none. */
+static inline uint32_t pending_find(const pld_table *t, const int64_t *tokens,
+                                    const int64_t *key, size_t n, uint32_t tag)
+{
+    size_t i;
+    for (i = 0; i < t->n_pending; i++) {
+        const pld_slot e = t->pending[(t->pending_head + i) % PLD_PENDING];
+        if (e.tag == tag && keys_equal(tokens + (e.pos1 - 1), key, n))
+            return e.pos1;
+    }
+    return 0;
+}
+
 static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
 {
     pld_slot *slots = alloc_table(capacity, sizeof(pld_slot));
     pld_freq *freq = NULL;
+    uint64_t *seen = NULL;
+    const size_t seen_words = capacity / PLD_SEEN_HOMES;
     size_t old_cap = t->slots ? t->mask + 1 : 0, i;
     if (slots == NULL)
         return PLD_ERR_NOMEM;
@@ -215,6 +371,14 @@ static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
             return PLD_ERR_NOMEM;
         }
     }
+    if (t->filtered) {
+        seen = alloc_table(seen_words, sizeof(uint64_t));
+        if (seen == NULL) {
+            free(slots);
+            return PLD_ERR_NOMEM;
+        }
+    }
+    file_pending(t); /* room for them is counted in used: old_cap > 0 here */
     for (i = 0; i < old_cap; i++) {
         size_t j;
         if (t->slots[i].pos1 == 0)
@@ -228,9 +392,16 @@ static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
     }
     free(t->slots);
     free(t->freq);
+    free(t->seen);
     t->slots = slots;
     t->freq = freq;
+    t->seen = seen;
     t->mask = capacity - 1;
+    if (seen != NULL) {
+        for (i = 0; i < capacity; i++)
+            if (slots[i].pos1 != 0)
+                seen_add(t, slots[i].tag);
+    }
     return PLD_OK;
 }
 
@@ -277,7 +448,56 @@ static void table_clear(pld_table *t)
     memset(t->slots, 0, (t->mask + 1) * sizeof(pld_slot));
     if (t->freq)
         memset(t->freq, 0, (t->mask + 1) * sizeof(pld_freq));
+    if (t->seen)
+        memset(t->seen, 0, (t->mask + 1) / PLD_SEEN_HOMES * sizeof(uint64_t));
+    t->n_pending = t->pending_head = 0;
     t->used = 0;
+}
+
+/* ---------------------------------------------------------- unigrams by id
+ *
+ * An id's unigram is where the id first occurs. Under FIRST with min_n == 1
+ * a step looks it up for every new token, and drafts on fresh text come
+ * from it: for ids in [0, PLD_UNI_DIRECT) -- the ids of any vocabulary --
+ * a plain array indexed by id answers with one load, and it is 4x smaller
+ * than a hash table of the same unigrams (8 bytes an id, no empty slots),
+ * so it stays in the cache. Each entry also holds the token before the
+ * earliest occurrence, so the derivation of the bigram ending at the new
+ * token (see "FIRST files lazily") need not read the sequence there. Other
+ * ids go to tables[1] as before. */
+
+static inline int uni_is_direct(const pld_index *ix, int64_t token)
+{
+    return ix->uni_direct && token >= 0 && token < PLD_UNI_DIRECT;
+}
+
+/* The id's entry, or NULL when the array does not reach it (no occurrence). */
+static inline pld_uni *uni_entry(const pld_index *ix, int64_t token)
+{
+    return (size_t)token < ix->uni_cap ? &ix->uni[token] : NULL;
+}
+
+/* Room in uni[] for a direct id. All or nothing. */
+static pld_status uni_reserve(pld_index *ix, int64_t token)
+{
+    size_t cap = ix->uni_cap ? ix->uni_cap : 1024;
+    pld_uni *uni;
+    if ((size_t)token < ix->uni_cap)
+        return PLD_OK;
+    while (cap <= (size_t)token)
+        cap *= 2;
+    uni = realloc(ix->uni, cap * sizeof(pld_uni));
+    if (uni == NULL)
+        return PLD_ERR_NOMEM;
+    memset(uni + ix->uni_cap, 0, (cap - ix->uni_cap) * sizeof(pld_uni));
+    ix->uni = uni;
+    ix->uni_cap = cap;
+    return PLD_OK;
+}
+
+static inline uint32_t pred_code(int64_t token)
+{
+    return token >= 0 && token < (int64_t)PLD_PRED_NONE ? (uint32_t)token : PLD_PRED_NONE;
 }
 
 /* ------------------------------------------------------------- life cycle */
@@ -285,6 +505,7 @@ static void table_clear(pld_table *t)
 pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
 {
     pld_index *ix;
+    size_t n;
     if (min_n < 1 || min_n > max_n || max_n > PLD_MAX_NGRAM)
         return NULL;
     if (policy != PLD_POLICY_FIRST && policy != PLD_POLICY_RECENT &&
@@ -297,6 +518,10 @@ pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
     ix->max_n = max_n;
     ix->hi = policy == PLD_POLICY_FREQUENT ? max_n + 1 : max_n;
     ix->policy = policy;
+    if (policy == PLD_POLICY_FIRST)
+        for (n = min_n > 2 ? min_n : 2; n <= max_n; n++)
+            ix->tables[n].filtered = 1;
+    ix->uni_direct = policy == PLD_POLICY_FIRST && min_n == 1;
     return ix;
 }
 
@@ -308,10 +533,12 @@ void pld_index_free(pld_index *ix)
     for (n = 0; n < PLD_MAX_NGRAM + 2; n++) {
         free(ix->tables[n].slots);
         free(ix->tables[n].freq);
+        free(ix->tables[n].seen);
     }
     for (n = 0; n < PLD_MAX_NGRAM + 1; n++)
         free(ix->prev1[n]);
     free(ix->tokens);
+    free(ix->uni);
     free(ix);
 }
 
@@ -385,18 +612,20 @@ pld_status pld_index_reserve(pld_index *ix, size_t extra)
 #endif
 
 /* The first half of appending a token, shared by every policy: room in
- * tables[min_n..top] (all or nothing), the token written at ix->len (len
- * itself is not advanced), and tags[n] for n in [min_n, top] -- computed in
- * one pass, as hash_tag computes them -- with a prefetch of each home slot,
- * so that the misses of large tables overlap instead of queueing. */
+ * tables[lo..top] (all or nothing), the token written at ix->len (len
+ * itself is not advanced), and tags[n] for n in [lo, top] -- computed in
+ * one pass, as hash_tag computes them -- with a prefetch of each home slot
+ * (and, in a filtered table, of the filter's word: the slot is needed
+ * either way, now or when the n-gram is filed), so that the misses of
+ * large tables overlap instead of queueing. */
 static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, const int with_freq,
-                                               const size_t min_n, const size_t top,
+                                               const size_t lo, const size_t top,
                                                uint32_t *tags)
 {
     const size_t len1 = ix->len + 1;
     uint64_t h = PLD_HASH_SEED;
     size_t n;
-    for (n = min_n; n <= top; n++) {
+    for (n = lo; n <= top; n++) {
         pld_status st = table_reserve_one(&ix->tables[n], with_freq);
         if (st != PLD_OK)
             return st;
@@ -406,14 +635,25 @@ static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, con
         ix->wide_unigrams = 1;
     for (n = 1; n <= top; n++) {
         h = hash_step(h, ix->tokens[len1 - n]);
-        if (n >= min_n) {
+        if (n >= lo) {
             const pld_table *t = &ix->tables[n];
             tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
                                                          : hash_final(h);
+            if (t->seen != NULL)
+                PLD_PREFETCH(&t->seen[seen_word(t, tags[n])]);
             PLD_PREFETCH(&t->slots[tags[n] & t->mask]);
         }
     }
     return PLD_OK;
+}
+
+/* The lines of a draft that a propose would copy from tokens[pos] (pos <=
+ * len <= cap): a draft of the usual 10 tokens (80 bytes) spans at most two. */
+static inline void prefetch_draft(const pld_index *ix, size_t pos)
+{
+    PLD_PREFETCH(ix->tokens + pos);
+    if (pos + 9 < ix->cap)
+        PLD_PREFETCH(ix->tokens + pos + 9);
 }
 
 /* FIRST files lazily. Let g be an n-gram (n > min_n) and g' its last n-1
@@ -430,16 +670,20 @@ static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, con
  * stays in cache).
  *
  * The earliest occurrence (start + 1) of the n-gram at `start` that ends
- * the sequence, given first1 = that of its last n-1 tokens (at start + 1);
- * *probe is set when the answer needs tables[n]. */
+ * the sequence, given first1 = that of its last n-1 tokens (at start + 1)
+ * and pred = the token before that occurrence when known (pld_uni.pred),
+ * else PLD_PRED_NONE; *probe is set when the answer needs tables[n]. */
 static inline uint32_t first_by_derivation(const pld_index *ix, size_t start,
-                                           uint32_t first1, int *probe)
+                                           uint32_t first1, uint32_t pred, int *probe)
 {
     *probe = 0;
     if (first1 == start + 2)  /* g' is new here, so g is new here */
         return (uint32_t)(start + 1);
-    if (first1 >= 2 && ix->tokens[first1 - 2] == ix->tokens[start])
-        return first1 - 1;    /* g occurs at p' - 1 */
+    if (first1 >= 2) {
+        const int64_t before = pred != PLD_PRED_NONE ? (int64_t)pred : ix->tokens[first1 - 2];
+        if (before == ix->tokens[start])
+            return first1 - 1;    /* g occurs at p' - 1 */
+    }
     *probe = 1;
     return 0;
 }
@@ -451,32 +695,57 @@ static PLD_ALWAYS_INLINE pld_status push_token_first(pld_index *ix, int64_t toke
                                                      const size_t min_n, const size_t top)
 {
     const size_t len1 = ix->len + 1;
-    uint32_t tags[PLD_MAX_NGRAM + 2];
+    const int direct = min_n == 1 && uni_is_direct(ix, token);
+    const size_t lo = direct ? 2 : min_n; /* the sizes that use tables */
+    uint32_t tags[PLD_MAX_NGRAM + 2], pred = PLD_PRED_NONE;
     size_t n;
-    pld_status st = push_begin(ix, token, 0, min_n, top, tags);
+    pld_status st = direct ? uni_reserve(ix, token) : PLD_OK;
     if (st != PLD_OK)
         return st;
-    for (n = min_n; n <= top; n++) {
+    st = push_begin(ix, token, 0, lo, top, tags);
+    if (st != PLD_OK)
+        return st;
+    if (direct) {
+        pld_uni *u = &ix->uni[token];
+        if (u->pos1 == 0) {
+            u->pos1 = (uint32_t)len1;
+            u->pred = len1 >= 2 ? pred_code(ix->tokens[len1 - 2]) : PLD_PRED_NONE;
+        }
+        ix->suffix1[1] = u->pos1;
+        pred = u->pred;
+        prefetch_draft(ix, u->pos1); /* see below */
+    }
+    for (n = lo; n <= top; n++) {
         pld_table *t = &ix->tables[n];
         const size_t start = len1 - n;
         uint32_t first = 0;
         int probe = 1;
         if (n > min_n)
-            first = first_by_derivation(ix, start, ix->suffix1[n - 1], &probe);
-        if (probe) {
-            int found;
-            size_t s = index_probe(ix, n, ix->tokens + start, tags[n], &found);
-            if (!found) {
-                t->slots[s].pos1 = (uint32_t)(start + 1);
-                t->slots[s].tag = tags[n];
-                t->used++;
+            first = first_by_derivation(ix, start, ix->suffix1[n - 1],
+                                        n == 2 ? pred : PLD_PRED_NONE, &probe);
+        if (probe && t->seen != NULL && !seen_maybe(t, tags[n])) {
+            first = (uint32_t)(start + 1); /* new: filed later */
+            queue_new(t, first, tags[n]);
+        } else if (probe) {
+            const int64_t *key = ix->tokens + start;
+            first = t->seen != NULL ? pending_find(t, ix->tokens, key, n, tags[n]) : 0;
+            if (first == 0) {
+                int found;
+                size_t s = index_probe(ix, n, key, tags[n], &found);
+                if (!found) {
+                    t->slots[s].pos1 = (uint32_t)(start + 1);
+                    t->slots[s].tag = tags[n];
+                    t->used++;
+                    if (t->seen != NULL)
+                        seen_add(t, tags[n]);
+                }
+                first = t->slots[s].pos1;
             }
-            first = t->slots[s].pos1;
         }
         ix->suffix1[n] = first;
-        /* The next propose copies from here. Asked for now, the line
-         * arrives while the larger tables' probes still wait. */
-        PLD_PREFETCH(ix->tokens + (first - 1 + n));
+        /* The next propose copies from here. Asked for now, the lines
+         * arrive while the larger tables' probes still wait. */
+        prefetch_draft(ix, first - 1 + n);
     }
     ix->len = len1;
     return PLD_OK;
@@ -583,8 +852,14 @@ static void refresh_suffix(pld_index *ix)
         const pld_table *t = &ix->tables[n];
         int found, probe = 1;
         size_t s;
+        if (n == 1 && uni_is_direct(ix, key[0])) {
+            const pld_uni *u = uni_entry(ix, key[0]);
+            ix->suffix1[1] = u != NULL ? u->pos1 : 0;
+            continue;
+        }
         if (ix->policy == PLD_POLICY_FIRST && n > ix->min_n && ix->suffix1[n - 1] != 0) {
-            const uint32_t first = first_by_derivation(ix, start, ix->suffix1[n - 1], &probe);
+            const uint32_t first = first_by_derivation(ix, start, ix->suffix1[n - 1],
+                                                       PLD_PRED_NONE, &probe);
             if (!probe) {
                 ix->suffix1[n] = first;
                 continue;
@@ -614,6 +889,8 @@ pld_status pld_index_truncate(pld_index *ix, size_t new_len)
         refresh_suffix(ix);
         return PLD_OK;
     }
+    for (n = ix->min_n; n <= ix->hi; n++)
+        file_pending(&ix->tables[n]);
     /* Undo the insertions of every removed token, newest first. */
     for (p = ix->len; p-- > new_len;) {
         for (n = ix->min_n; n <= ix->hi && n <= p + 1; n++) {
@@ -621,13 +898,24 @@ pld_status pld_index_truncate(pld_index *ix, size_t new_len)
             const size_t start = p + 1 - n;
             const int64_t *key = ix->tokens + start;
             int found;
-            size_t s = index_probe(ix, n, key, hash_tag(key, n), &found);
+            size_t s;
+            if (n == 1 && uni_is_direct(ix, key[0])) {
+                pld_uni *u = uni_entry(ix, key[0]);
+                if (u != NULL && u->pos1 == start + 1)
+                    u->pos1 = 0;
+                continue;
+            }
+            s = index_probe(ix, n, key, hash_tag(key, n), &found);
             if (!found || t->slots[s].pos1 != start + 1)
                 continue; /* FIRST: an earlier occurrence stays */
-            if (ix->policy == PLD_POLICY_RECENT && ix->prev1[n][start] != 0)
+            if (ix->policy == PLD_POLICY_RECENT && ix->prev1[n][start] != 0) {
                 t->slots[s].pos1 = ix->prev1[n][start];
-            else
+            } else {
+                const uint32_t tag = t->slots[s].tag;
                 table_delete(t, s);
+                if (t->seen != NULL)
+                    seen_refresh(t, tag);
+            }
         }
     }
     ix->len = new_len;
@@ -764,9 +1052,12 @@ size_t pld_index_nbytes(const pld_index *ix)
         if (t->slots)
             total += (t->mask + 1) *
                      (sizeof(pld_slot) + (t->freq ? sizeof(pld_freq) : 0));
+        if (t->seen)
+            total += (t->mask + 1) / PLD_SEEN_HOMES * sizeof(uint64_t);
     }
     if (ix->policy == PLD_POLICY_RECENT)
         total += (ix->max_n - ix->min_n + 1) * ix->cap * sizeof(uint32_t);
+    total += ix->uni_cap * sizeof(pld_uni);
     return total;
 }
 

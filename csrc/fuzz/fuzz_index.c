@@ -10,7 +10,10 @@
  *
  * Input layout:
  *   [0] min_n - 1 (mod 4)      [1] max_n - min_n (mod 5; 0x80: max_n 64)
- *   [2] vocab - 1 (mod 6)      [3] bits 0-1: eos count, bit 2: large ids
+ *   [2] vocab - 1 (mod 6); with bit 0x80: vocab 64 + 16 * (bits 0-5),
+ *       each token then read from two bytes (new n-grams are common: the
+ *       FIRST index's filter and its ring of n-grams not yet filed fill)
+ *                              [3] bits 0-1: eos count, bit 2: large ids
  *   [4..5] eos token indices
  *   then ops, one byte each plus arguments:
  *     op % 8 in 0..3  extend by (next byte % 24) tokens from the input
@@ -121,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     min_n = 1 + data[0] % 4;
     max_n = (data[1] & 0x80) ? PLD_MAX_NGRAM : min_n + data[1] % 5;
-    vocab = 1 + data[2] % 6;
+    vocab = (data[2] & 0x80) ? 64 + 16 * (size_t)(data[2] & 0x3f) : 1 + data[2] % 6;
     big = (data[3] & 4) != 0;
     memset(&o, 0, sizeof o);
     o.n_eos = data[3] & 3;
@@ -153,7 +156,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (len + c > CAP)
                 c = CAP - len;
             for (i = 0; i < c; i++) {
-                int32_t v = (int32_t)(next_byte() % vocab);
+                uint32_t raw = next_byte();
+                int32_t v;
+                if (vocab > 256)
+                    raw |= (uint32_t)next_byte() << 8;
+                v = (int32_t)(raw % vocab);
                 if (big)
                     v = (int32_t)((uint32_t)v * 0x9E3779B1u);
                 chunk32[i] = v;
