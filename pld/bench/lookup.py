@@ -21,12 +21,14 @@ median of the per-batch means. The indexes are built over stream[:L]
 (untimed; pld's reserve room for the --segment tokens to come, as pld's
 generation loop does for max_new_tokens; the dict grows as dicts do). Then,
 --steps / --segment rounds: the indexes take turns (so they see the same
-machine load); in its turn an index warms up on the segment after the
-timed one, is truncated back to L (untimed), and steps through the
---segment tokens that follow stream[:L], timed in batches of --batch. The
-context stays within [L, L + segment]. The cell is the median of the batch
-means (the mean over all steps, and the first warm-up batch, on caches the
-previous index left, are reported too).
+machine load); round r takes two fresh --segment-token stretches of the
+stream after stream[:L]; in its turn an index warms up on the first, is
+truncated back to L (untimed), and steps through the second, timed in
+batches of --batch. So every timed token is new to the index, as in a
+generation (a replayed one would find its table slots still in cache from
+the truncation), and the context stays within [L, L + segment]. The cell
+is the median of the batch means (the mean over all steps, and the first
+warm-up batch, on caches the previous index left, are reported too).
 The garbage collector is off while timing, as in timeit.
 
 Before timing, a few steps per L check that pld.NgramIndex("first"), the
@@ -46,7 +48,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -139,33 +141,36 @@ def time_oneshot(fn: Callable, args: Sequence, repeats: int, budget: float,
             "us_min": min(means) / 1e3, "calls": calls, "batches": len(means)}
 
 
-def time_steps(indexes: Dict[str, object], L: int, follow: List[int], warmup: List[int],
-               batch: int, rounds: int) -> Dict[str, Dict]:
-    """Steps (propose(K) then extend(token)) over `follow` for several
-    indexes that hold the first L tokens of the stream, `rounds` times.
+def time_steps(indexes: Dict[str, object], L: int,
+               rounds: Sequence[Tuple[List[int], List[int]]],
+               batch: int) -> Dict[str, Dict]:
+    """Steps (propose(K) then extend(token)) for several indexes that hold
+    the first L tokens of the stream; `rounds` is a list of (warmup,
+    follow) token lists, fresh ones for every round.
 
     In each round every index (in a rotating order, so that all see the
-    same machine conditions) first steps through `warmup` (other tokens:
-    the index's hot data -- small tables, cached ids, the allocator --
-    comes back into cache after the previous index ran, while the probes
-    of the timed steps still go where they would in a long run), is
-    truncated back to L, and then runs all of `follow` back to back, timed
-    per batch of `batch` steps. Truncation is untimed; the context stays
-    within [L, L + len(follow)]. The cell is the median of the timed
-    batches' means; the first warm-up batch of each round, which runs on
-    the caches the previous index left, is reported as "cold".
-    {name: index} -> {name: stats}."""
+    same machine conditions) first steps through `warmup` (the index's hot
+    data -- small tables, cached ids, the allocator -- comes back into
+    cache after the previous index ran), is truncated back to L, and then
+    runs all of `follow` back to back, timed per batch of `batch` steps.
+    The tokens of `follow` have not been through the index before, as in a
+    generation: a round that replayed tokens already stepped through would
+    find their table slots still in cache from the truncation. Truncation
+    is untimed; the context stays within [L, L + len(follow)]. The cell is
+    the median of the timed batches' means; the first warm-up batch of each
+    round, which runs on the caches the previous index left, is reported
+    as "cold". {name: index} -> {name: stats}."""
     names = list(indexes)
     warm: Dict[str, List[float]] = {n: [] for n in names}
     cold: Dict[str, List[float]] = {n: [] for n in names}
     totals = dict.fromkeys(names, 0)
-    chunks = [follow[b:b + batch] for b in range(0, len(follow), batch)]
-    first_warmup = warmup[:batch]
-    rest_warmup = warmup[batch:]
+    steps = sum(len(follow) for _, follow in rounds)
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for r in range(rounds):
+        for r, (warmup, follow) in enumerate(rounds):
+            chunks = [follow[b:b + batch] for b in range(0, len(follow), batch)]
+            first_warmup, rest_warmup = warmup[:batch], warmup[batch:]
             for j in range(len(names)):
                 name = names[(r + j) % len(names)]
                 ix = indexes[name]
@@ -197,12 +202,12 @@ def time_steps(indexes: Dict[str, object], L: int, follow: List[int], warmup: Li
         ordered = sorted(warm[name])
         out[name] = {
             "us": statistics.median(ordered) / 1e3,
-            "us_mean": totals[name] / (rounds * len(follow)) / 1e3,
+            "us_mean": totals[name] / steps / 1e3,
             "us_cold": statistics.median(cold[name]) / 1e3 if cold[name] else None,
             "us_min_batch": ordered[0] / 1e3,
             "us_p10_batch": ordered[len(ordered) // 10] / 1e3,
             "us_max_batch": ordered[-1] / 1e3,
-            "steps": rounds * len(follow), "batches": len(ordered)}
+            "steps": steps, "batches": len(ordered)}
     return out
 
 
@@ -498,12 +503,12 @@ def run(args: argparse.Namespace) -> int:
     print("versions: " + ", ".join(f"{k} {v[k]}" for k in
                                    ("python", "torch", "transformers", "numpy", "pld")))
 
-    floor = time_steps({"floor": _NoOpIndex()}, 0, list(range(1000, 1000 + segment)), [],
-                       batch, rounds)["floor"]["us"]
+    floor = time_steps({"floor": _NoOpIndex()}, 0,
+                       [([], list(range(1000, 1000 + segment)))] * rounds, batch)["floor"]["us"]
     info["harness_floor_us"] = floor
     print(f"harness floor (the step loop with two builtin calls): {floor:.3f} us/step")
 
-    need = sizes[-1] + 2 * segment + 16
+    need = sizes[-1] + 2 * rounds * segment + 16
     methods = [M_TORCH, M_HF, M_DICT, M_FIND] + [M_IDX.format(p) for p in POLICIES]
     results: Dict[str, Dict] = {}
     n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
@@ -530,8 +535,12 @@ def run(args: argparse.Namespace) -> int:
         offsets = sorted({min(segment - 1, o) for o in (0, 1, 2, 97, 389, 1231, 2053, 3989)})
         for L in sizes:
             key = str(L)
-            follow = tl[L:L + segment]
-            warmup = tl[L + segment:L + 2 * segment]
+            # round r warms up on one fresh segment after stream[:L] and
+            # times the next one: stream[:L] + that segment is the context
+            per_round = [(tl[L + 2 * r * segment:L + (2 * r + 1) * segment],
+                          tl[L + (2 * r + 1) * segment:L + (2 * r + 2) * segment])
+                         for r in range(rounds)]
+            follow = per_round[-1][1]
 
             def tick(label):
                 if bar:
@@ -560,7 +569,7 @@ def run(args: argparse.Namespace) -> int:
                 cidx[M_IDX.format(pol)] = ix
             group = dict(cidx)
             group[M_DICT] = didx
-            for name, stats in time_steps(group, L, follow, warmup, batch, rounds).items():
+            for name, stats in time_steps(group, L, per_round, batch).items():
                 tres[name][key] = stats
             for name, ix in cidx.items():
                 ix.extend(follow)  # (the last round truncated it back to L)
@@ -611,8 +620,8 @@ def run(args: argparse.Namespace) -> int:
                                      ("python", "torch", "transformers", "numpy", "pld")),
           f"- lookup: max_ngram_size={MAX_N}, num_pred_tokens={K}; index steps: {rounds} "
           f"rounds of {segment} steps (context L .. L + {segment}); in each round the indexes "
-          f"take turns, each warming up on the next {segment} tokens (then truncated away) "
-          f"before its timed steps; batches of {batch}; cell = median of the batch means; "
+          f"take turns, each warming up on {segment} fresh tokens (then truncated away) "
+          f"before its timed steps on {segment} more fresh tokens; batches of {batch}; cell = median of the batch means; "
           f"one-shot: median of batch means, <= {repeats} batches / {budget} s per cell; "
           "gc off while timing",
           f"- torch threads: {v.get('torch_threads')}; load avg at start "
