@@ -127,9 +127,10 @@ pld_status pld_index_extend_i32(pld_index *index, const int32_t *tokens,
  * tokens in total (in any number of calls) never rehashes, so each
  * single-token extend costs O(max_n) in the worst case, not only
  * amortised; it allocates nothing either, with one exception: under FIRST
- * with min_n == 1, an id in [0, 2^20) above every id seen so far grows the
- * array of unigrams by id (doubling it: at most 10 times in the index's
- * life, as ids of a vocabulary arrive). A generation loop reserves prompt + max_new_tokens
+ * with min_n == 1, the array of unigrams by id is created once the
+ * sequence is longer than it would be (checked as the length doubles), and
+ * an id in [0, 2^20) above every id seen so far grows it (doubling it: at
+ * most 10 times in the index's life, as the ids of a vocabulary arrive). A generation loop reserves prompt + max_new_tokens
  * before its first step. Costs O(current table sizes) when a table grows.
  * PLD_ERR_OVERFLOW if len + extra would exceed PLD_INDEX_MAX_TOKENS;
  * PLD_ERR_NOMEM leaves the index consistent (possibly partly grown). A

@@ -89,7 +89,9 @@ struct pld_index {
     uint32_t *prev1[PLD_MAX_NGRAM + 1];   /* RECENT: cap entries per n */
     uint32_t suffix1[PLD_MAX_NGRAM + 2];  /* slot position of the suffix n-gram */
     int wide_unigrams;    /* a token outside [0, 2^32) was ever pushed */
-    int uni_direct;       /* FIRST with min_n == 1: uni[] is in use */
+    int uni_direct;       /* uni[] is in use (FIRST with min_n == 1, from
+                           * when it became no larger than the sequence) */
+    size_t uni_check_at;  /* the length at which to see if it is; SIZE_MAX: never */
     pld_uni *uni;         /* uni_cap entries (a power of two, or 0) */
     size_t uni_cap;
 };
@@ -464,7 +466,12 @@ static void table_clear(pld_table *t)
  * so it stays in the cache. Each entry also holds the token before the
  * earliest occurrence, so the derivation of the bigram ending at the new
  * token (see "FIRST files lazily") need not read the sequence there. Other
- * ids go to tables[1] as before. */
+ * ids go to tables[1] as before.
+ *
+ * The array takes 8 bytes for every id up to the largest one seen, which
+ * in a short sequence of a large vocabulary is far more than the hash
+ * table: the unigrams move to it (uni_adopt) only once it is no larger
+ * than the sequence, checked as the length doubles. */
 
 static inline int uni_is_direct(const pld_index *ix, int64_t token)
 {
@@ -500,6 +507,61 @@ static inline uint32_t pred_code(int64_t token)
     return token >= 0 && token < (int64_t)PLD_PRED_NONE ? (uint32_t)token : PLD_PRED_NONE;
 }
 
+/* If the array would be no larger than the sequence (in entries), move the
+ * unigrams of ids in [0, PLD_UNI_DIRECT) from tables[1] to it; else look
+ * again when the length has doubled. The sequence and its answers do not
+ * change; if memory is short the unigrams simply stay where they are. */
+static void uni_adopt(pld_index *ix)
+{
+    pld_table *t = &ix->tables[1];
+    const size_t cap = t->slots ? t->mask + 1 : 0;
+    int64_t top = -1;
+    size_t i, need = 1024;
+    for (i = 0; i < cap; i++) {
+        const uint32_t p1 = t->slots[i].pos1;
+        if (p1 != 0 && ix->tokens[p1 - 1] >= 0 && ix->tokens[p1 - 1] < PLD_UNI_DIRECT &&
+            ix->tokens[p1 - 1] > top)
+            top = ix->tokens[p1 - 1];
+    }
+    while (need <= (size_t)(top < 0 ? 0 : top))
+        need *= 2;
+    if (need > ix->len || (top >= 0 && uni_reserve(ix, top) != PLD_OK)) {
+        ix->uni_check_at = ix->len <= SIZE_MAX / 2 ? 2 * ix->len : SIZE_MAX;
+        return;
+    }
+    for (i = 0; i < cap; i++) {
+        const pld_slot e = t->slots[i];
+        const int64_t token = e.pos1 ? ix->tokens[e.pos1 - 1] : -1;
+        if (token < 0 || token >= PLD_UNI_DIRECT)
+            continue;
+        ix->uni[token].pos1 = e.pos1;
+        ix->uni[token].pred = e.pos1 >= 2 ? pred_code(ix->tokens[e.pos1 - 2]) : PLD_PRED_NONE;
+    }
+    /* tables[1] keeps the other ids: refile them (their tags are kept) */
+    {
+        pld_slot *old = malloc(cap * sizeof(pld_slot));
+        size_t n_old = 0;
+        if (old == NULL) { /* undo: the array is simply not used yet */
+            memset(ix->uni, 0, ix->uni_cap * sizeof(pld_uni));
+            ix->uni_check_at = ix->len <= SIZE_MAX / 2 ? 2 * ix->len : SIZE_MAX;
+            return;
+        }
+        for (i = 0; i < cap; i++) {
+            const pld_slot e = t->slots[i];
+            if (e.pos1 != 0 && !(ix->tokens[e.pos1 - 1] >= 0 &&
+                                 ix->tokens[e.pos1 - 1] < PLD_UNI_DIRECT))
+                old[n_old++] = e;
+        }
+        table_clear(t);
+        for (i = 0; i < n_old; i++)
+            (void)table_place(t, old[i]);
+        t->used = n_old;
+        free(old);
+    }
+    ix->uni_direct = 1;
+    ix->uni_check_at = SIZE_MAX;
+}
+
 /* ------------------------------------------------------------- life cycle */
 
 pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
@@ -521,7 +583,7 @@ pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
     if (policy == PLD_POLICY_FIRST)
         for (n = min_n > 2 ? min_n : 2; n <= max_n; n++)
             ix->tables[n].filtered = 1;
-    ix->uni_direct = policy == PLD_POLICY_FIRST && min_n == 1;
+    ix->uni_check_at = policy == PLD_POLICY_FIRST && min_n == 1 ? 1024 : SIZE_MAX;
     return ix;
 }
 
@@ -695,11 +757,15 @@ static PLD_ALWAYS_INLINE pld_status push_token_first(pld_index *ix, int64_t toke
                                                      const size_t min_n, const size_t top)
 {
     const size_t len1 = ix->len + 1;
-    const int direct = min_n == 1 && uni_is_direct(ix, token);
-    const size_t lo = direct ? 2 : min_n; /* the sizes that use tables */
+    int direct;
+    size_t lo, n;
     uint32_t tags[PLD_MAX_NGRAM + 2], pred = PLD_PRED_NONE;
-    size_t n;
-    pld_status st = direct ? uni_reserve(ix, token) : PLD_OK;
+    pld_status st;
+    if (ix->len >= ix->uni_check_at)
+        uni_adopt(ix);
+    direct = min_n == 1 && uni_is_direct(ix, token);
+    lo = direct ? 2 : min_n; /* the sizes that use tables */
+    st = direct ? uni_reserve(ix, token) : PLD_OK;
     if (st != PLD_OK)
         return st;
     st = push_begin(ix, token, 0, lo, top, tags);

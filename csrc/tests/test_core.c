@@ -646,7 +646,7 @@ static void test_index_first_large_vocab(void)
     static const int64_t odd[5] = {((int64_t)1 << 20) + 3, ((int64_t)1 << 20),
                                    -5, ((int64_t)1 << 35) + 1, INT64_MIN};
     int64_t *shadow = malloc(CAP * sizeof *shadow), eos[4];
-    size_t sizes, len, op, bad = 0;
+    size_t sizes, len, op, bad = 0, copy_from = 0, copy_left = 0;
     if (shadow == NULL)
         abort();
     for (sizes = 0; sizes < 3; sizes++) {
@@ -665,13 +665,19 @@ static void test_index_first_large_vocab(void)
                     c = CAP - len;
                 for (i = 0; i < c; i++) {
                     const size_t r = t_below(100);
-                    /* repeats of a stretch now and then, as in text */
-                    if (r < 15 && len + i > 20)
-                        shadow[len + i] = shadow[t_below(len + i - 10)];
-                    else if (r < 20)
+                    /* now and then a stretch repeats, as in text */
+                    if (copy_left == 0 && r < 4 && len + i > 50) {
+                        copy_from = t_below(len + i - 40);
+                        copy_left = 3 + t_below(30);
+                    }
+                    if (copy_left > 0) {
+                        shadow[len + i] = shadow[copy_from++];
+                        copy_left--;
+                    } else if (r < 10) {
                         shadow[len + i] = odd[t_below(5)];
-                    else
+                    } else {
                         shadow[len + i] = (int64_t)t_below(vocab);
+                    }
                 }
                 for (i = 0; i < c; i++) /* one by one: the step path */
                     CHECK(pld_index_extend(ix, shadow + len + i, 1) == PLD_OK);
