@@ -709,6 +709,24 @@ static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, con
     return PLD_OK;
 }
 
+/* The slot of key (n tokens, tag) in tables[n]; if it is not there (and,
+ * in a filtered table, not pending either), it is filed now at pos1, room
+ * for it being reserved. *found: it was there. */
+static inline size_t find_or_file(pld_index *ix, size_t n, const int64_t *key, uint32_t tag,
+                                  size_t pos1, int *found)
+{
+    pld_table *t = &ix->tables[n];
+    const size_t s = index_probe(ix, n, key, tag, found);
+    if (!*found) {
+        t->slots[s].pos1 = (uint32_t)pos1;
+        t->slots[s].tag = tag;
+        t->used++;
+        if (t->seen != NULL)
+            seen_add(t, tag);
+    }
+    return s;
+}
+
 /* The lines of a draft that a propose would copy from tokens[pos] (pos <=
  * len <= cap): a draft of the usual 10 tokens (80 bytes) spans at most two. */
 static inline void prefetch_draft(const pld_index *ix, size_t pos)
@@ -797,15 +815,7 @@ static PLD_ALWAYS_INLINE pld_status push_token_first(pld_index *ix, int64_t toke
             first = t->seen != NULL ? pending_find(t, ix->tokens, key, n, tags[n]) : 0;
             if (first == 0) {
                 int found;
-                size_t s = index_probe(ix, n, key, tags[n], &found);
-                if (!found) {
-                    t->slots[s].pos1 = (uint32_t)(start + 1);
-                    t->slots[s].tag = tags[n];
-                    t->used++;
-                    if (t->seen != NULL)
-                        seen_add(t, tags[n]);
-                }
-                first = t->slots[s].pos1;
+                first = t->slots[find_or_file(ix, n, key, tags[n], start + 1, &found)].pos1;
             }
         }
         ix->suffix1[n] = first;
@@ -837,12 +847,7 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
         const size_t start = len1 - n;
         const int64_t *key = ix->tokens + start;
         int found;
-        size_t s = index_probe(ix, n, key, tags[n], &found);
-        if (!found) {
-            t->slots[s].pos1 = (uint32_t)(start + 1);
-            t->slots[s].tag = tags[n];
-            t->used++;
-        }
+        size_t s = find_or_file(ix, n, key, tags[n], start + 1, &found);
         if (policy == PLD_POLICY_RECENT) {
             ix->prev1[n][start] = found ? t->slots[s].pos1 : 0;
             t->slots[s].pos1 = (uint32_t)(start + 1);
