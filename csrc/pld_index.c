@@ -241,8 +241,8 @@ static void *alloc_table(size_t count, size_t size)
  * positives when full). Every filed or pending n-gram has its bits set, so
  * a clear bit proves the n-gram is not in the table, and the filter, a
  * sixteenth of the table's size, mostly answers from the cache. A word
- * depends only on the entries whose home it covers: a deletion recomputes
- * it from them (seen_refresh), and a resize rebuilds them all.
+ * depends only on the entries whose home it covers: table_delete
+ * recomputes it from them (seen_refresh), and a resize rebuilds them all.
  *
  * An n-gram the filter proves new is not probed for: it joins a ring of at
  * most PLD_PENDING pending entries, its home slot is prefetched, and it is
@@ -258,6 +258,12 @@ static void *alloc_table(size_t count, size_t size)
 #define PLD_SEEN_SHIFT 4
 #endif
 #define PLD_SEEN_HOMES ((size_t)1 << PLD_SEEN_SHIFT)
+
+/* Filter words of a table of `capacity` slots. */
+static inline size_t seen_words(size_t capacity)
+{
+    return capacity / PLD_SEEN_HOMES;
+}
 
 static inline size_t seen_word(const pld_table *t, uint32_t tag)
 {
@@ -362,7 +368,6 @@ static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
     pld_slot *slots = alloc_table(capacity, sizeof(pld_slot));
     pld_freq *freq = NULL;
     uint64_t *seen = NULL;
-    const size_t seen_words = capacity / PLD_SEEN_HOMES;
     size_t old_cap = t->slots ? t->mask + 1 : 0, i;
     if (slots == NULL)
         return PLD_ERR_NOMEM;
@@ -374,7 +379,7 @@ static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
         }
     }
     if (t->filtered) {
-        seen = alloc_table(seen_words, sizeof(uint64_t));
+        seen = alloc_table(seen_words(capacity), sizeof(uint64_t));
         if (seen == NULL) {
             free(slots);
             return PLD_ERR_NOMEM;
@@ -419,9 +424,12 @@ static pld_status table_reserve_one(pld_table *t, int with_freq)
     return table_resize(t, cap ? cap * 2 : PLD_TABLE_MIN_CAPACITY, with_freq);
 }
 
-/* Backward-shift deletion keeps probe chains intact without tombstones. */
+/* Backward-shift deletion keeps probe chains intact without tombstones
+ * (entries move, their homes do not); a filtered table recomputes the
+ * filter word of the deleted entry's home. */
 static void table_delete(pld_table *t, size_t i)
 {
+    const uint32_t tag = t->slots[i].tag;
     size_t j = i;
     for (;;) {
         size_t home;
@@ -441,6 +449,8 @@ static void table_delete(pld_table *t, size_t i)
     if (t->freq)
         memset(&t->freq[i], 0, sizeof(pld_freq));
     t->used--;
+    if (t->seen != NULL)
+        seen_refresh(t, tag);
 }
 
 static void table_clear(pld_table *t)
@@ -451,7 +461,7 @@ static void table_clear(pld_table *t)
     if (t->freq)
         memset(t->freq, 0, (t->mask + 1) * sizeof(pld_freq));
     if (t->seen)
-        memset(t->seen, 0, (t->mask + 1) / PLD_SEEN_HOMES * sizeof(uint64_t));
+        memset(t->seen, 0, seen_words(t->mask + 1) * sizeof(uint64_t));
     t->n_pending = t->pending_head = 0;
     t->used = 0;
 }
@@ -473,9 +483,25 @@ static void table_clear(pld_table *t)
  * table: the unigrams move to it (uni_adopt) only once it is no larger
  * than the sequence, checked as the length doubles. */
 
+/* Can the array hold this id's unigram? */
+static inline int uni_in_range(int64_t token)
+{
+    return token >= 0 && token < PLD_UNI_DIRECT;
+}
+
 static inline int uni_is_direct(const pld_index *ix, int64_t token)
 {
-    return ix->uni_direct && token >= 0 && token < PLD_UNI_DIRECT;
+    return ix->uni_direct && uni_in_range(token);
+}
+
+/* Entries the array needs to reach id `top` (grown from `from`): a power of
+ * two, at least 1024. */
+static inline size_t uni_cap_for(size_t from, size_t top)
+{
+    size_t cap = from ? from : 1024;
+    while (cap <= top)
+        cap *= 2;
+    return cap;
 }
 
 /* The id's entry, or NULL when the array does not reach it (no occurrence). */
@@ -487,12 +513,11 @@ static inline pld_uni *uni_entry(const pld_index *ix, int64_t token)
 /* Room in uni[] for a direct id. All or nothing. */
 static pld_status uni_reserve(pld_index *ix, int64_t token)
 {
-    size_t cap = ix->uni_cap ? ix->uni_cap : 1024;
+    size_t cap;
     pld_uni *uni;
     if ((size_t)token < ix->uni_cap)
         return PLD_OK;
-    while (cap <= (size_t)token)
-        cap *= 2;
+    cap = uni_cap_for(ix->uni_cap, (size_t)token);
     uni = realloc(ix->uni, cap * sizeof(pld_uni));
     if (uni == NULL)
         return PLD_ERR_NOMEM;
@@ -516,48 +541,39 @@ static void uni_adopt(pld_index *ix)
     pld_table *t = &ix->tables[1];
     const size_t cap = t->slots ? t->mask + 1 : 0;
     int64_t top = -1;
-    size_t i, need = 1024;
+    size_t i, n_other = 0;
+    pld_slot *other; /* the entries of ids the array does not take */
     for (i = 0; i < cap; i++) {
         const uint32_t p1 = t->slots[i].pos1;
-        if (p1 != 0 && ix->tokens[p1 - 1] >= 0 && ix->tokens[p1 - 1] < PLD_UNI_DIRECT &&
-            ix->tokens[p1 - 1] > top)
+        if (p1 != 0 && uni_in_range(ix->tokens[p1 - 1]) && ix->tokens[p1 - 1] > top)
             top = ix->tokens[p1 - 1];
     }
-    while (need <= (size_t)(top < 0 ? 0 : top))
-        need *= 2;
-    if (need > ix->len || (top >= 0 && uni_reserve(ix, top) != PLD_OK)) {
+    other = malloc((cap ? cap : 1) * sizeof(pld_slot));
+    if (uni_cap_for(0, top < 0 ? 0 : (size_t)top) > ix->len || other == NULL ||
+        (top >= 0 && uni_reserve(ix, top) != PLD_OK)) {
+        free(other); /* look again when the length has doubled */
         ix->uni_check_at = ix->len <= SIZE_MAX / 2 ? 2 * ix->len : SIZE_MAX;
         return;
     }
     for (i = 0; i < cap; i++) {
         const pld_slot e = t->slots[i];
-        const int64_t token = e.pos1 ? ix->tokens[e.pos1 - 1] : -1;
-        if (token < 0 || token >= PLD_UNI_DIRECT)
+        int64_t token;
+        if (e.pos1 == 0)
             continue;
+        token = ix->tokens[e.pos1 - 1];
+        if (!uni_in_range(token)) {
+            other[n_other++] = e;
+            continue;
+        }
         ix->uni[token].pos1 = e.pos1;
         ix->uni[token].pred = e.pos1 >= 2 ? pred_code(ix->tokens[e.pos1 - 2]) : PLD_PRED_NONE;
     }
     /* tables[1] keeps the other ids: refile them (their tags are kept) */
-    {
-        pld_slot *old = malloc(cap * sizeof(pld_slot));
-        size_t n_old = 0;
-        if (old == NULL) { /* undo: the array is simply not used yet */
-            memset(ix->uni, 0, ix->uni_cap * sizeof(pld_uni));
-            ix->uni_check_at = ix->len <= SIZE_MAX / 2 ? 2 * ix->len : SIZE_MAX;
-            return;
-        }
-        for (i = 0; i < cap; i++) {
-            const pld_slot e = t->slots[i];
-            if (e.pos1 != 0 && !(ix->tokens[e.pos1 - 1] >= 0 &&
-                                 ix->tokens[e.pos1 - 1] < PLD_UNI_DIRECT))
-                old[n_old++] = e;
-        }
-        table_clear(t);
-        for (i = 0; i < n_old; i++)
-            (void)table_place(t, old[i]);
-        t->used = n_old;
-        free(old);
-    }
+    table_clear(t);
+    for (i = 0; i < n_other; i++)
+        (void)table_place(t, other[i]);
+    t->used = n_other;
+    free(other);
     ix->uni_direct = 1;
     ix->uni_check_at = SIZE_MAX;
 }
@@ -709,9 +725,9 @@ static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, con
     return PLD_OK;
 }
 
-/* The slot of key (n tokens, tag) in tables[n]; if it is not there (and,
- * in a filtered table, not pending either), it is filed now at pos1, room
- * for it being reserved. *found: it was there. */
+/* The slot of key (n tokens, tag) in tables[n]; if it is not in a slot, it
+ * is filed now at pos1 (room for it is reserved; in a filtered table the
+ * caller has checked the pending ring). *found: it was in a slot. */
 static inline size_t find_or_file(pld_index *ix, size_t n, const int64_t *key, uint32_t tag,
                                   size_t pos1, int *found)
 {
@@ -982,10 +998,7 @@ pld_status pld_index_truncate(pld_index *ix, size_t new_len)
             if (ix->policy == PLD_POLICY_RECENT && ix->prev1[n][start] != 0) {
                 t->slots[s].pos1 = ix->prev1[n][start];
             } else {
-                const uint32_t tag = t->slots[s].tag;
                 table_delete(t, s);
-                if (t->seen != NULL)
-                    seen_refresh(t, tag);
             }
         }
     }
@@ -1124,7 +1137,7 @@ size_t pld_index_nbytes(const pld_index *ix)
             total += (t->mask + 1) *
                      (sizeof(pld_slot) + (t->freq ? sizeof(pld_freq) : 0));
         if (t->seen)
-            total += (t->mask + 1) / PLD_SEEN_HOMES * sizeof(uint64_t);
+            total += seen_words(t->mask + 1) * sizeof(uint64_t);
     }
     if (ix->policy == PLD_POLICY_RECENT)
         total += (ix->max_n - ix->min_n + 1) * ix->cap * sizeof(uint32_t);

@@ -757,17 +757,23 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
 
 static PyObject **int_cache; /* PLD_INT_CACHE_IDS entries; NULL if the import could not allocate it */
 
+/* The cache's entry for id v; NULL if v is not cached by id. */
+static inline PyObject **int_cache_entry(int64_t v)
+{
+    return int_cache != NULL && v >= 0 && v < PLD_INT_CACHE_IDS ? &int_cache[v] : NULL;
+}
+
 static PyObject *cached_int(int64_t v)
 {
-    PyObject *obj;
-    if (v < 0 || v >= PLD_INT_CACHE_IDS || int_cache == NULL)
+    PyObject **entry = int_cache_entry(v), *obj;
+    if (entry == NULL)
         return PyLong_FromLongLong(v);
-    obj = int_cache[v];
+    obj = *entry;
     if (obj == NULL) {
         obj = PyLong_FromLongLong(v);
         if (obj == NULL)
             return NULL;
-        int_cache[v] = obj;
+        *entry = obj;
     }
     Py_INCREF(obj);
     return obj;
@@ -938,18 +944,19 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     {
         PyObject *list;
         size_t i;
-        if (int_cache != NULL) /* the cache lines of the ids' entries, all at once */
-            for (i = 0; i < n; i++)
-                if (self->draft[i] >= 0 && self->draft[i] < PLD_INT_CACHE_IDS)
-                    PLD_PREFETCH_READ(&int_cache[self->draft[i]]);
+        for (i = 0; i < n; i++) { /* the cache lines of the ids' entries, all at once */
+            PyObject **entry = int_cache_entry(self->draft[i]);
+            if (entry != NULL)
+                PLD_PREFETCH_READ(entry);
+        }
         list = PyList_New((Py_ssize_t)n);
         if (list == NULL)
             return NULL;
-        if (int_cache != NULL) /* then the objects, to be written (their refcounts) */
-            for (i = 0; i < n; i++)
-                if (self->draft[i] >= 0 && self->draft[i] < PLD_INT_CACHE_IDS &&
-                    int_cache[self->draft[i]] != NULL)
-                    PLD_PREFETCH_WRITE(int_cache[self->draft[i]]);
+        for (i = 0; i < n; i++) { /* then the objects, to be written (their refcounts) */
+            PyObject **entry = int_cache_entry(self->draft[i]);
+            if (entry != NULL && *entry != NULL)
+                PLD_PREFETCH_WRITE(*entry);
+        }
         for (i = 0; i < n; i++) {
             PyObject *item = cached_int(self->draft[i]);
             if (item == NULL) {

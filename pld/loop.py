@@ -149,9 +149,10 @@ def run(
     (:mod:`pld.linear_kernel`): ``"auto"`` uses oneDNN for a float32 model
     on the CPU, whose few-token products read the weights once (with the
     embedded model an 11-token forward costs about 1.5 one-token forwards
-    instead of 2-2.5); ``"torch"`` keeps torch's own. Grouped-query attention over several tokens reads the
-    cache's shared key/value heads in place (:mod:`pld.gqa_attention`; the
-    same numbers as transformers' copies).
+    instead of 2-2.5); ``"torch"`` keeps torch's own. Grouped-query
+    attention over several tokens reads the cache's shared key/value heads
+    in place (:mod:`pld.gqa_attention`; the same numbers as transformers'
+    copies).
     """
     options = dict(locals())
     del options["linear_kernel"]
