@@ -58,4 +58,7 @@ typedef struct pld_dl_managed_versioned {
     pld_dl_tensor dl_tensor;
 } pld_dl_managed_versioned;
 
+/* flags of a versioned tensor: the consumer must not write to it */
+#define PLD_DL_FLAG_READ_ONLY ((uint64_t)1 << 0)
+
 #endif /* PLD_DLPACK_ABI_H */

@@ -38,6 +38,7 @@ typedef struct {
     Py_buffer view;
     int has_view;
     PyObject *capsule;
+    int read_only;         /* a DLPack v1 producer marked the memory read-only */
 } array_view;
 
 static void array_view_release(array_view *av)
@@ -80,14 +81,27 @@ static const char *buffer_kind(const char *fmt, int itemsize, char *kind)
     return NULL;
 }
 
-static int view_from_buffer(PyObject *obj, const char *arg, array_view *av)
+/* writable: ask for a buffer the caller may write to (a read-only one is
+ * then a ValueError that says so). */
+static int view_from_buffer(PyObject *obj, const char *arg, array_view *av, int writable)
 {
     int i;
-    if (PyObject_GetBuffer(obj, &av->view, PyBUF_RECORDS_RO) < 0) {
+    if (PyObject_GetBuffer(obj, &av->view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
+        int read_only = 0;
         PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "%s: the %.100s buffer cannot be read as a typed array",
-                     arg, Py_TYPE(obj)->tp_name);
+        if (writable && PyObject_GetBuffer(obj, &av->view, PyBUF_RECORDS_RO) == 0) {
+            PyBuffer_Release(&av->view);
+            read_only = 1;
+        } else {
+            PyErr_Clear();
+        }
+        if (read_only)
+            PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg,
+                         Py_TYPE(obj)->tp_name);
+        else
+            PyErr_Format(PyExc_TypeError,
+                         "%s: the %.100s buffer cannot be %s as a typed array",
+                         arg, Py_TYPE(obj)->tp_name, writable ? "written" : "read");
         return -1;
     }
     av->has_view = 1;
@@ -118,8 +132,26 @@ static int view_from_dlpack(PyObject *obj, const char *arg, array_view *av)
     pld_dl_tensor *t;
     int i;
     av->capsule = PyObject_CallMethod(obj, "__dlpack__", NULL);
-    if (av->capsule == NULL)
+    if (av->capsule == NULL) {
+        /* the producer refused (a meta tensor, one that requires grad...):
+         * a ValueError naming the argument, the producer's error as cause */
+        PyObject *type, *cause, *tb, *type2, *value2, *tb2;
+        if (!PyErr_ExceptionMatches(PyExc_Exception))
+            return -1;
+        PyErr_Fetch(&type, &cause, &tb);
+        PyErr_NormalizeException(&type, &cause, &tb);
+        if (tb != NULL)
+            PyException_SetTraceback(cause, tb);
+        PyErr_Format(PyExc_ValueError, "%s: the %.100s cannot be read through DLPack: %S",
+                     arg, Py_TYPE(obj)->tp_name, cause);
+        PyErr_Fetch(&type2, &value2, &tb2);
+        PyErr_NormalizeException(&type2, &value2, &tb2);
+        PyException_SetCause(value2, cause); /* steals cause */
+        PyErr_Restore(type2, value2, tb2);
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
         return -1;
+    }
     if (PyCapsule_IsValid(av->capsule, "dltensor")) {
         pld_dl_managed *m = PyCapsule_GetPointer(av->capsule, "dltensor");
         t = &m->dl_tensor;
@@ -132,6 +164,7 @@ static int view_from_dlpack(PyObject *obj, const char *arg, array_view *av)
             return -1;
         }
         t = &m->dl_tensor;
+        av->read_only = (m->flags & PLD_DL_FLAG_READ_ONLY) != 0;
     } else {
         PyErr_Format(PyExc_TypeError, "%s: __dlpack__ did not return a DLPack capsule", arg);
         return -1;
@@ -202,7 +235,7 @@ static int array_view_get(PyObject *obj, const char *arg, array_view *av)
         return -1;
     }
     if (PyObject_CheckBuffer(obj))
-        return view_from_buffer(obj, arg, av) < 0 ? -1 : 1;
+        return view_from_buffer(obj, arg, av, 0) < 0 ? -1 : 1;
     if (!PyType_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__"))
         return view_from_dlpack(obj, arg, av) < 0 ? -1 : 1;
     return 0;
@@ -903,20 +936,125 @@ static PyObject *NgramIndex_extend(NgramIndexObject *self, PyObject *tokens)
     Py_RETURN_NONE;
 }
 
+/* The out= of propose: a writable, contiguous 1-D int64 or int32 array in
+ * CPU memory (a NumPy array, a torch tensor, array.array, any writable
+ * buffer) with room for k ids. Fills av (release it) or raises. */
+static int draft_out_get(PyObject *obj, size_t k, array_view *av)
+{
+    static const char arg[] = "out";
+    memset(av, 0, sizeof(*av));
+    if (PyObject_CheckBuffer(obj)) {
+        if (view_from_buffer(obj, arg, av, 1) < 0)
+            goto error;
+    } else if (!PyType_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__")) {
+        if (view_from_dlpack(obj, arg, av) < 0)
+            goto error;
+        if (av->read_only) {
+            PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg,
+                         Py_TYPE(obj)->tp_name);
+            goto error;
+        }
+    } else {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected a writable int64 or int32 array, got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        goto error;
+    }
+    if (av->kind != 'i' || (av->itemsize != 8 && av->itemsize != 4)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected an int64 or int32 array, got %s elements",
+                     arg, av->type_name);
+        goto error;
+    }
+    if (av->ndim != 1) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a 1-D array, got %d dimensions", arg,
+                     av->ndim);
+        goto error;
+    }
+    if ((size_t)av->shape[0] < k) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: room for %zd ids, but num_pred_tokens is %zu", arg, av->shape[0], k);
+        goto error;
+    }
+    if (av->strides[0] != av->itemsize && av->shape[0] > 1) {
+        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous array, got a strided view",
+                     arg);
+        goto error;
+    }
+    return 0;
+error:
+    array_view_release(av);
+    return -1;
+}
+
+/* The n ids of draft into out's memory (checked by draft_out_get): all or,
+ * if one does not fit an int32 out, none. */
+static int draft_out_write(const array_view *av, const int64_t *draft, size_t n)
+{
+    size_t i;
+    if (av->itemsize == 8) {
+        memcpy(av->data, draft, n * sizeof(int64_t));
+        return 0;
+    }
+    for (i = 0; i < n; i++)
+        if (draft[i] < INT32_MIN || draft[i] > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "out: draft id %lld does not fit in int32",
+                         (long long)draft[i]);
+            return -1;
+        }
+    for (i = 0; i < n; i++)
+        ((int32_t *)av->data)[i] = (int32_t)draft[i];
+    return 0;
+}
+
+/* The draft as a list of ints, the ids' int objects fetched first. */
+static PyObject *draft_list(const int64_t *draft, size_t n)
+{
+    PyObject *list;
+    size_t i;
+    for (i = 0; i < n; i++) { /* the cache lines of the ids' entries, all at once */
+        PyObject **entry = int_cache_entry(draft[i]);
+        if (entry != NULL)
+            PLD_PREFETCH_READ(entry);
+    }
+    list = PyList_New((Py_ssize_t)n);
+    if (list == NULL)
+        return NULL;
+    for (i = 0; i < n; i++) { /* then the objects, to be written (their refcounts) */
+        PyObject **entry = int_cache_entry(draft[i]);
+        if (entry != NULL && *entry != NULL)
+            PLD_PREFETCH_WRITE(*entry);
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *item = cached_int(draft[i]);
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, item);
+    }
+    return list;
+}
+
 static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *args,
                                     Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"num_pred_tokens", "semantics", "max_length",
-                                        "eos_token_id"};
-    PyObject *a[4];
+                                        "eos_token_id", "out"};
+    PyObject *a[5], *result = NULL;
     size_t k = 10, n;
     opts_holder oh;
+    array_view out;
+    int has_out = 0;
     if (index_check(self) < 0)
         return NULL;
-    if (kwnames == NULL && nargs <= 1) { /* the per-step call: propose(k) */
+    if (nargs <= 1 && (kwnames == NULL ||
+                       (PyTuple_GET_SIZE(kwnames) == 1 &&
+                        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "out") == 0))) {
+        /* the per-step calls: propose(k) and propose(k, out=buffer) */
         a[0] = nargs ? args[0] : NULL;
         a[1] = a[2] = a[3] = NULL;
-    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 4, 4, a) < 0) {
+        a[4] = kwnames ? args[nargs] : NULL;
+    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 5, 4, a) < 0) {
         return NULL;
     }
     if (a[0] && parse_size(a[0], "num_pred_tokens", 1, PLD_MAX_DRAFT, &k) < 0)
@@ -930,43 +1068,32 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     } else if (parse_opts(a[1], a[2], a[3], &oh) < 0) {
         return NULL;
     }
+    /* out's view first: a producer's __dlpack__ runs Python code, which must
+     * not see the index between propose and the write */
+    if (a[4] != NULL && a[4] != Py_None) {
+        if (draft_out_get(a[4], k, &out) < 0)
+            goto done;
+        has_out = 1;
+    }
     if (k > self->draft_cap) {
         int64_t *d = PyMem_Realloc(self->draft, k * sizeof(int64_t));
         if (d == NULL) {
-            opts_release(&oh);
-            return PyErr_NoMemory();
+            PyErr_NoMemory();
+            goto done;
         }
         self->draft = d;
         self->draft_cap = k;
     }
     n = pld_index_propose_n(self->index, k, &oh.opts, self->draft, &self->last_ngram);
+    if (has_out)
+        result = draft_out_write(&out, self->draft, n) < 0 ? NULL : PyLong_FromSize_t(n);
+    else
+        result = draft_list(self->draft, n);
+done:
+    if (has_out)
+        array_view_release(&out);
     opts_release(&oh);
-    {
-        PyObject *list;
-        size_t i;
-        for (i = 0; i < n; i++) { /* the cache lines of the ids' entries, all at once */
-            PyObject **entry = int_cache_entry(self->draft[i]);
-            if (entry != NULL)
-                PLD_PREFETCH_READ(entry);
-        }
-        list = PyList_New((Py_ssize_t)n);
-        if (list == NULL)
-            return NULL;
-        for (i = 0; i < n; i++) { /* then the objects, to be written (their refcounts) */
-            PyObject **entry = int_cache_entry(self->draft[i]);
-            if (entry != NULL && *entry != NULL)
-                PLD_PREFETCH_WRITE(*entry);
-        }
-        for (i = 0; i < n; i++) {
-            PyObject *item = cached_int(self->draft[i]);
-            if (item == NULL) {
-                Py_DECREF(list);
-                return NULL;
-            }
-            PyList_SET_ITEM(list, (Py_ssize_t)i, item);
-        }
-        return list;
-    }
+    return result;
 }
 
 /* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
@@ -1073,8 +1200,12 @@ static PyMethodDef NgramIndex_methods[] = {
     {"extend", (PyCFunction)NgramIndex_extend, METH_O,
      "extend(tokens)\n--\n\nAppend one token id or a sequence/array/tensor of ids."},
     {"propose", (PyCFunction)(void (*)(void))NgramIndex_propose, METH_FASTCALL | METH_KEYWORDS,
-     "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None)\n--\n\n"
-     "The draft for the current sequence, as a list of ints (possibly empty)."},
+     "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None, out=None)\n--\n\n"
+     "The draft for the current sequence, as a list of ints (possibly empty).\n\n"
+     "With out (a writable, contiguous 1-D int64 or int32 array in CPU memory -- a NumPy\n"
+     "array, a torch tensor, array.array -- with room for num_pred_tokens ids): write\n"
+     "the draft to out[:n] and return n; out[n:] is left as it was. No list and no int\n"
+     "objects are made: a loop writes the draft straight into its sequence buffer."},
     {"reserve", (PyCFunction)NgramIndex_reserve, METH_O,
      "reserve(n)\n--\n\nMake room for n more tokens, so that the next extends (n tokens in\n"
      "all) never grow a table: each then costs O(max_ngram_size) at worst, not only on\n"

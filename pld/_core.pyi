@@ -1,21 +1,34 @@
 """Type stubs of the C extension pld._core."""
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union, overload
 
 TokenIds = Any  # torch tensor [L] / [1, L], NumPy integer array, buffer, or sequence of ints
 EosIds = Union[None, int, Sequence[int], Any]
+DraftBuffer = Any  # writable contiguous 1-D int64/int32 array in CPU memory (NumPy, torch, array.array)
 
 MAX_NGRAM: int
 
 class NgramIndex:
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1, policy: str = "first") -> None: ...
     def extend(self, tokens: Union[int, TokenIds]) -> None: ...
+    @overload
     def propose(
         self,
         num_pred_tokens: int = 10,
         semantics: str = "seed",
         max_length: Optional[int] = None,
         eos_token_id: EosIds = None,
+        out: None = None,
     ) -> List[int]: ...
+    @overload
+    def propose(
+        self,
+        num_pred_tokens: int = 10,
+        semantics: str = "seed",
+        max_length: Optional[int] = None,
+        eos_token_id: EosIds = None,
+        *,
+        out: DraftBuffer,
+    ) -> int: ...  # the draft is out[:n]; returns n
     def reserve(self, n: int) -> None: ...
     def truncate(self, n: int) -> None: ...
     def tokens(self) -> List[int]: ...

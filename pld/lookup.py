@@ -48,6 +48,8 @@ def find_candidate_pred_tokens(
     nothing matches.
     """
     if _is_torch_tensor(input_ids):
+        if input_ids.device.type == "meta":
+            raise ValueError("input_ids: a tensor on the meta device holds no ids")
         host = input_ids if input_ids.device.type == "cpu" else input_ids.cpu()
         start, count = _core._find_candidate(
             host, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
