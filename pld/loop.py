@@ -2,7 +2,8 @@
 
 One step:
 
-    propose  draft = index.propose(k)                 C, O(k)
+    propose  draft = index.propose(k)                 C, O(k); on the CPU
+             written straight into the sequence buffer (propose(k, out=...))
     verify   logits = model([pending..., *draft])     one forward, cache on
     accept   chosen ids on the model's device (argmax, or a draw per row from
              the processed distribution); k+1 ids to the host; n accepted in C
@@ -193,7 +194,6 @@ def _decode(
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     if semantics not in ("seed", "transformers"):
         raise ValueError(f"semantics must be 'seed' or 'transformers', got {semantics!r}")
-    clipped = semantics == "transformers"
     t_start = time.perf_counter()
     device = input_ids.device
     processors = list(logits_processor or [])
@@ -208,6 +208,8 @@ def _decode(
     capacity = prompt_len + max_new_tokens + num_pred_tokens + 1
     seq = torch.empty((1, capacity), dtype=torch.long, device=device)
     seq[:, :prompt_len] = input_ids
+    # on the CPU, a NumPy view of the same memory: propose writes drafts into it
+    host_seq = seq[0].numpy() if device.type == "cpu" else None
     # Positions follow the attention mask (left padding keeps its meaning).
     if attention_mask is not None:
         if attention_mask.shape != input_ids.shape:
@@ -245,17 +247,20 @@ def _decode(
         # propose: the draft plus the bonus token must fit the budget
         want = min(draft_length.next(), budget - 1)
         if want <= 0:
-            draft = []
+            draft: Sequence[int] = []
+        elif host_seq is not None:  # the draft is written in place, after the sequence
+            draft = host_seq[cur:cur + index.propose(want, semantics=semantics,
+                                                     out=host_seq[cur:cur + want])]
         else:
-            draft = index.propose(want, semantics="transformers") if clipped else index.propose(want)
-        ngram = index.last_ngram if draft else 0
-        if gate is not None and draft and not gate.allow(ngram):
+            draft = index.propose(want, semantics=semantics)
+        ngram = index.last_ngram if len(draft) else 0
+        if gate is not None and len(draft) and not gate.allow(ngram):
             draft, ngram = [], 0
-        if eos and draft:
+        if eos and len(draft):
             draft = _cut_at(draft, eos)
-            ngram = ngram if draft else 0
+            ngram = ngram if len(draft) else 0
         k = len(draft)
-        if k:
+        if k and host_seq is None:
             seq[0, cur:cur + k] = torch.tensor(draft, dtype=torch.long)
         # verify: the tokens not yet cached, then the draft, in one forward
         inputs = {
@@ -344,7 +349,7 @@ def _decode(
     )
 
 
-def _cut_at(draft: List[int], eos: set) -> List[int]:
+def _cut_at(draft: Sequence[int], eos: set) -> Sequence[int]:
     for j, t in enumerate(draft):
         if t in eos:
             return draft[:j]
