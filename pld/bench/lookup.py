@@ -13,6 +13,10 @@ For each stream (real tokenized text, random ids) and context length L:
                       pld's one-shot C scan on the same [1, L] tensor.
   pld.NgramIndex[first|recent|frequent]
                       step = propose(10) + extend(token) of one Python int.
+  pld.NgramIndex[first], out=buffer
+                      step = propose(10, out=buffer) + extend(token): the
+                      draft written into a NumPy int64 array (no list, no
+                      int objects), as pld's loop proposes on the CPU.
 
 One-shot methods run on the contexts stream[:L + s] for a few offsets s
 (the same contexts the indexes pass through), in timed batches, until
@@ -65,6 +69,7 @@ M_FIND = "pld.find_candidate_pred_tokens"
 M_IDX = "pld.NgramIndex[{}]"
 POLICIES = ("first", "recent", "frequent")
 IDX_FIRST = M_IDX.format("first")
+IDX_OUT = IDX_FIRST + ", out=buffer"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -143,10 +148,11 @@ def time_oneshot(fn: Callable, args: Sequence, repeats: int, budget: float,
 
 def time_steps(indexes: Dict[str, object], L: int,
                rounds: Sequence[Tuple[List[int], List[int]]],
-               batch: int) -> Dict[str, Dict]:
+               batch: int, outs: Optional[Dict[str, object]] = None) -> Dict[str, Dict]:
     """Steps (propose(K) then extend(token)) for several indexes that hold
     the first L tokens of the stream; `rounds` is a list of (warmup,
-    follow) token lists, fresh ones for every round.
+    follow) token lists, fresh ones for every round. An index named in
+    `outs` proposes into that buffer instead: propose(K, out=buffer).
 
     In each round every index (in a rotating order, so that all see the
     same machine conditions) first steps through `warmup` (the index's hot
@@ -165,6 +171,7 @@ def time_steps(indexes: Dict[str, object], L: int,
     cold: Dict[str, List[float]] = {n: [] for n in names}
     totals = dict.fromkeys(names, 0)
     steps = sum(len(follow) for _, follow in rounds)
+    outs = outs or {}
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -175,22 +182,16 @@ def time_steps(indexes: Dict[str, object], L: int,
                 name = names[(r + j) % len(names)]
                 ix = indexes[name]
                 ix.truncate(L)
-                propose, extend = ix.propose, ix.extend
+                run = _step_loop(ix, outs.get(name))
                 if first_warmup:
                     t0 = _now()
-                    for tok in first_warmup:
-                        propose(K)
-                        extend(tok)
+                    run(first_warmup)
                     cold[name].append((_now() - t0) / len(first_warmup))
-                    for tok in rest_warmup:
-                        propose(K)
-                        extend(tok)
+                    run(rest_warmup)
                     ix.truncate(L)
                 for chunk in chunks:
                     t0 = _now()
-                    for tok in chunk:
-                        propose(K)
-                        extend(tok)
+                    run(chunk)
                     dt = _now() - t0
                     totals[name] += dt
                     warm[name].append(dt / len(chunk))
@@ -209,6 +210,22 @@ def time_steps(indexes: Dict[str, object], L: int,
             "us_max_batch": ordered[-1] / 1e3,
             "steps": steps, "batches": len(ordered)}
     return out
+
+
+def _step_loop(ix, out) -> Callable[[List[int]], None]:
+    """The timed loop over tokens: one propose and one extend per token."""
+    propose, extend = ix.propose, ix.extend
+    if out is None:
+        def run(tokens: List[int]) -> None:
+            for tok in tokens:
+                propose(K)
+                extend(tok)
+    else:
+        def run(tokens: List[int]) -> None:
+            for tok in tokens:
+                propose(K, out=out)
+                extend(tok)
+    return run
 
 
 class _NoOpIndex:
@@ -299,6 +316,10 @@ def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
             _fmt_us(first.get(str(L), {}).get("us_min_batch")) for L in sizes) + " |")
         rows.append(f"| *{IDX_FIRST}, first batch after another index ran (cold)* | " + " | ".join(
             _fmt_us(first.get(str(L), {}).get("us_cold")) for L in sizes) + " |")
+    into = res.get(IDX_OUT, {})
+    if into:
+        rows.append(f"| *{IDX_OUT}, fastest batch* | " + " | ".join(
+            _fmt_us(into.get(str(L), {}).get("us_min_batch")) for L in sizes) + " |")
     for other in (M_TORCH, M_HF, M_DICT, M_FIND):
         cells = res.get(other, {})
         if not cells:
@@ -334,6 +355,12 @@ def criteria(results: Dict, sizes: Sequence[int]) -> List[Dict]:
                     "value": (f"max {_fmt_us(worst)} us (fastest batches: max {_fmt_us(fast)} us)"
                               if worst is not None else "n/a"),
                     "pass": worst is not None and worst <= 0.5})
+        into = t.get(IDX_OUT, {})
+        if into:
+            w = max(c["us"] for L, c in into.items() if int(L) <= 1 << 20)
+            out.append({"stream": sname,
+                        "criterion": "NgramIndex[first] step, propose(out=buffer), <= 0.5 us at every L <= 1M",
+                        "value": f"max {_fmt_us(w)} us", "pass": w <= 0.5})
         c32 = str(32768)
         if c32 in first and c32 in t.get(M_TORCH, {}):
             r = t[M_TORCH][c32]["us"] / first[c32]["us"]
@@ -366,6 +393,7 @@ def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str])
     styles = {M_TORCH: ("tab:red", "o", "-"), M_HF: ("tab:orange", "s", "-"),
               M_DICT: ("tab:purple", "^", "-"), M_FIND: ("tab:blue", "D", "-"),
               M_IDX.format("first"): ("tab:green", "o", "-"),
+              IDX_OUT: ("darkgreen", "*", ":"),
               M_IDX.format("recent"): ("tab:olive", "v", "--"),
               M_IDX.format("frequent"): ("tab:cyan", "x", "--")}
     for ax, sname in zip(axes[0], names):
@@ -387,9 +415,11 @@ def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str])
         ax.set_title(f"stream: {sname}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("time per generation step (us)")
-    axes[0][-1].legend(fontsize=8, loc="upper left")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    # below the panels: inside, it would cover the curves
+    fig.legend(handles, labels, fontsize=8, loc="lower center", ncol=4)
     fig.suptitle("prompt lookup: time per step vs context length (lower is better)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return None
@@ -400,6 +430,9 @@ def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str])
 def _check_agreement(L: int, j: int, ctx_t, cidx, didx, torch_seed, pld, hf_make) -> None:
     """All seed-semantics answers must agree at context length L + j."""
     a = cidx.propose(K)
+    into = np.full(K, -1, dtype=np.int64)
+    if into[:cidx.propose(K, out=into)].tolist() != a:
+        raise AssertionError(f"propose(out=) wrote {into.tolist()}, propose returned {a}")
     b = didx.propose(K)
     c = torch_seed(ctx_t, MAX_N, K).tolist()
     d = pld.find_candidate_pred_tokens(ctx_t, MAX_N, K).tolist()
@@ -509,7 +542,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"harness floor (the step loop with two builtin calls): {floor:.3f} us/step")
 
     need = sizes[-1] + 2 * rounds * segment + 16
-    methods = [M_TORCH, M_HF, M_DICT, M_FIND] + [M_IDX.format(p) for p in POLICIES]
+    methods = [M_TORCH, M_HF, M_DICT, M_FIND, IDX_FIRST, IDX_OUT] + [
+        M_IDX.format(p) for p in POLICIES[1:]]
     results: Dict[str, Dict] = {}
     n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
     bar = tqdm(total=n_cells, unit="cell", dynamic_ncols=True) if tqdm else None
@@ -567,14 +601,19 @@ def run(args: argparse.Namespace) -> int:
                 mres[M_IDX.format(pol)][key] = ix.nbytes / L
                 ix.reserve(segment)  # as pld's loop reserves max_new_tokens
                 cidx[M_IDX.format(pol)] = ix
+            into = pld.NgramIndex(MAX_N, MIN_N, "first")  # its own index: same state, own caches
+            into.extend(toks[:L])
+            into.reserve(segment)
             group = dict(cidx)
+            group[IDX_OUT] = into
             group[M_DICT] = didx
-            for name, stats in time_steps(group, L, per_round, batch).items():
+            outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
+            for name, stats in time_steps(group, L, per_round, batch, outs).items():
                 tres[name][key] = stats
             for name, ix in cidx.items():
                 ix.extend(follow)  # (the last round truncated it back to L)
                 mres[name + " after steps"][key] = ix.nbytes / len(ix)
-            del cidx, group, ix
+            del cidx, group, ix, into
             didx.truncate(L)
             tick("indexes")
             if not args.no_dict_memory and L <= args.dict_memory_max:
