@@ -10,11 +10,25 @@
 
 from __future__ import annotations
 
+import glob
+import importlib.machinery
 import os
 import sys
 
-import pytest
-from hypothesis import HealthCheck, settings
+# A clone tested after a plain (not editable) `pip install .`: its pld/ has
+# no built extension, yet `python -m pytest` -- and the `python -m ...`
+# children some tests start -- would import it ahead of the installed
+# package. Then the installed package is the one under test: the clone
+# leaves sys.path, here and (PYTHONSAFEPATH) in child processes.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if "pld" not in sys.modules and not any(
+        glob.glob(os.path.join(_ROOT, "pld", "_core*" + suffix))
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES):
+    os.environ["PYTHONSAFEPATH"] = "1"
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _ROOT]
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # tests/ is not a package; make `import reference` work from any rootdir.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
