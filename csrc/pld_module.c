@@ -224,20 +224,31 @@ static int view_from_dlpack(PyObject *obj, const char *arg, array_view *av)
     return 0;
 }
 
-/* 1: obj is an array and av is filled; 0: not an array; -1: error. */
-static int array_view_get(PyObject *obj, const char *arg, array_view *av)
+/* 1: obj is an array and av is filled; 0: not an array; -1: error (av may
+ * hold a view all the same: release it). writable: the caller will write to
+ * the memory, so a read-only one is an error. For reading, text and bytes are
+ * refused here: their bytes would pass for uint8 ids. */
+static int array_view_get(PyObject *obj, const char *arg, array_view *av, int writable)
 {
     memset(av, 0, sizeof(*av));
-    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
+    if (!writable && (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj))) {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected token ids or an array, got %.100s",
                      arg, Py_TYPE(obj)->tp_name);
         return -1;
     }
     if (PyObject_CheckBuffer(obj))
-        return view_from_buffer(obj, arg, av, 0) < 0 ? -1 : 1;
-    if (!PyType_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__"))
-        return view_from_dlpack(obj, arg, av) < 0 ? -1 : 1;
+        return view_from_buffer(obj, arg, av, writable) < 0 ? -1 : 1;
+    if (!PyType_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__")) {
+        if (view_from_dlpack(obj, arg, av) < 0)
+            return -1;
+        if (writable && av->read_only) {
+            PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg,
+                         Py_TYPE(obj)->tp_name);
+            return -1;
+        }
+        return 1;
+    }
     return 0;
 }
 
@@ -427,7 +438,7 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar,
         ti->len = 1;
         return 0;
     }
-    got = array_view_get(obj, arg, &ti->av);
+    got = array_view_get(obj, arg, &ti->av, 0);
     if (got > 0)
         got = tokens_from_array(ti, arg);
     else if (got == 0)
@@ -467,7 +478,7 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
         PyErr_Format(PyExc_TypeError, "%s: expected a float array, got None", arg);
         return -1;
     }
-    got = array_view_get(obj, arg, av);
+    got = array_view_get(obj, arg, av, 0);
     if (got < 0) {
         array_view_release(av);
         return -1;
@@ -942,19 +953,10 @@ static PyObject *NgramIndex_extend(NgramIndexObject *self, PyObject *tokens)
 static int draft_out_get(PyObject *obj, size_t k, array_view *av)
 {
     static const char arg[] = "out";
-    memset(av, 0, sizeof(*av));
-    if (PyObject_CheckBuffer(obj)) {
-        if (view_from_buffer(obj, arg, av, 1) < 0)
-            goto error;
-    } else if (!PyType_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__")) {
-        if (view_from_dlpack(obj, arg, av) < 0)
-            goto error;
-        if (av->read_only) {
-            PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg,
-                         Py_TYPE(obj)->tp_name);
-            goto error;
-        }
-    } else {
+    int got = array_view_get(obj, arg, av, 1);
+    if (got < 0)
+        goto error;
+    if (got == 0) {
         PyErr_Format(PyExc_TypeError,
                      "%s: expected a writable int64 or int32 array, got %.100s", arg,
                      Py_TYPE(obj)->tp_name);
