@@ -308,18 +308,16 @@ def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
             continue
         rows.append(f"| {m} | " + " | ".join(
             _fmt_us(cells.get(str(L), {}).get("us")) for L in sizes) + " |")
+    # more statistics of the index rows: (method, statistic, label)
+    for m, stat, label in ((IDX_FIRST, "us_mean", "mean over all steps"),
+                           (IDX_FIRST, "us_min_batch", "fastest batch"),
+                           (IDX_FIRST, "us_cold", "first batch after another index ran (cold)"),
+                           (IDX_OUT, "us_min_batch", "fastest batch")):
+        cells = res.get(m, {})
+        if cells:
+            rows.append(f"| *{m}, {label}* | " + " | ".join(
+                _fmt_us(cells.get(str(L), {}).get(stat)) for L in sizes) + " |")
     first = res.get(IDX_FIRST, {})
-    if first:
-        rows.append(f"| *{IDX_FIRST}, mean over all steps* | " + " | ".join(
-            _fmt_us(first.get(str(L), {}).get("us_mean")) for L in sizes) + " |")
-        rows.append(f"| *{IDX_FIRST}, fastest batch* | " + " | ".join(
-            _fmt_us(first.get(str(L), {}).get("us_min_batch")) for L in sizes) + " |")
-        rows.append(f"| *{IDX_FIRST}, first batch after another index ran (cold)* | " + " | ".join(
-            _fmt_us(first.get(str(L), {}).get("us_cold")) for L in sizes) + " |")
-    into = res.get(IDX_OUT, {})
-    if into:
-        rows.append(f"| *{IDX_OUT}, fastest batch* | " + " | ".join(
-            _fmt_us(into.get(str(L), {}).get("us_min_batch")) for L in sizes) + " |")
     for other in (M_TORCH, M_HF, M_DICT, M_FIND):
         cells = res.get(other, {})
         if not cells:
