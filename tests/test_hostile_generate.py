@@ -1,0 +1,419 @@
+"""Hostile input at the Python edge: pld.generate, the enable() switch and
+the benchmark's data default.
+
+* Memory: the loop's buffers grow with the output (amortised doubling), so a
+  huge ``max_new_tokens`` on a prompt that stops at once costs no more memory
+  than a small one (peak RSS measured in a child process); growing many
+  times keeps greedy token-identical. ``max_new_tokens`` and
+  ``num_pred_tokens`` / ``prompt_lookup_num_tokens`` are checked against the
+  C core's limits before anything is allocated.
+* Models without a usable KV cache: refused by pld.generate with a clear
+  ValueError; under pld.enable() handed to transformers' own path with one
+  log line; a model that silently ignores ``past_key_values`` raises instead
+  of giving wrong tokens.
+* Argument types: attention_mask as a list/array, eos_token_id as a NumPy
+  integer or a tensor are accepted; wrong types raise errors that name the
+  argument.
+* ``python -m pld bench --source spec-bench`` without ``--data``: a default
+  found from $PLD_SPEC_BENCH or the working directory and its parents, or a
+  clear error that lists the paths tried.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import models_fixtures as mf
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+TESTS = Path(__file__).resolve().parent
+
+
+def torch_test(fn):
+    """The ``torch`` marker and one intra-op thread, as the other modules."""
+    return pytest.mark.torch(pytest.mark.usefixtures("one_thread")(fn))
+
+
+@pytest.fixture(autouse=True)
+def _pld_disabled_around():
+    """Every test that touches the switch starts and ends with pld disabled."""
+    yield
+    if "pld.hf" in sys.modules:
+        sys.modules["pld.hf"].disable()
+
+
+def _ids():
+    return mf.as_ids([1, 2, 3, 4, 1, 2, 3, 4, 1, 2])
+
+
+# ============================================================ A. memory
+_MEMORY_CHILD = textwrap.dedent("""
+    import resource, sys
+    import torch
+    import pld
+    import models_fixtures as mf
+
+    torch.set_num_threads(1)
+    n = int(sys.argv[1])
+    model = mf.tiny_model("gpt2")
+    ids = mf.as_ids([1, 2, 3, 4, 1, 2, 3, 4, 1, 2])
+    first = mf.greedy(model, ids, 1)[0]  # the token it emits first: eos, so it stops at once
+    # a guard, not the measure: a run that tries to allocate gigabytes fails
+    # here instead of taking the machine's memory
+    with open("/proc/self/status") as fh:
+        vm = next(int(line.split()[1]) for line in fh if line.startswith("VmSize:")) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (2 << 30), resource.RLIM_INFINITY))
+    warm = pld.generate(model, ids, max_new_tokens=100, eos_token_id=first)
+    gen = pld.generate(model, ids, max_new_tokens=n, eos_token_id=first)
+    assert gen.new_tokens == warm.new_tokens == [first], (gen.new_tokens, warm.new_tokens)
+    print("MAXRSS_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+""")
+
+
+def _peak_rss_kb(max_new_tokens: int) -> int:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, "-c", _MEMORY_CHILD, str(max_new_tokens)],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("MAXRSS_KB"))
+    return int(line.split()[1])
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc and ru_maxrss in KB")
+def test_huge_max_new_tokens_costs_no_more_memory_than_a_small_one():
+    small = _peak_rss_kb(100)
+    huge = _peak_rss_kb(10**9)
+    assert huge - small < 16 * 1024, dict(small_kb=small, huge_kb=huge)
+
+
+@torch_test
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_growing_buffers_keep_greedy_tokens(arch, monkeypatch):
+    """A start of 2 new tokens (plus a draft): the buffers grow several times
+    in a short run; pld.generate and the enable() path give plain greedy's
+    tokens."""
+    from pld import loop
+
+    monkeypatch.setattr(loop, "INITIAL_NEW_TOKENS", 2)
+    grown = []
+    real_grow = loop._grow
+
+    def counting_grow(*args, **kwargs):
+        grown.append(args)
+        return real_grow(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "_grow", counting_grow)
+    import pld
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"grow-{arch}")
+    for _ in range(4):
+        prompt = mf.repeated_prompt(rng, min_len=4, max_len=20)
+        ids = mf.as_ids(prompt)
+        expected = mf.greedy(model, ids, 200)
+        grown.clear()
+        gen = pld.generate(model, ids, max_new_tokens=200, num_pred_tokens=rng.choice([1, 3, 10]),
+                           eos_token_id=None)
+        assert gen.new_tokens == expected
+        assert len(grown) >= 3  # about 35 slots, 70, 140, then prompt + 200
+        grown.clear()
+        assert mf.hf_pld(model, ids, 200, 5) == expected
+        assert len(grown) >= 3
+
+
+@torch_test
+def test_num_pred_tokens_beyond_the_core_limit_is_refused_first():
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    with pytest.raises(ValueError, match="num_pred_tokens"):
+        pld.generate(model, _ids(), max_new_tokens=4, num_pred_tokens=(1 << 20) + 1)
+    # the limit itself is fine
+    gen = pld.generate(model, _ids(), max_new_tokens=4, num_pred_tokens=1 << 20, eos_token_id=None)
+    assert gen.new_tokens == mf.greedy(model, _ids(), 4)
+
+
+@torch_test
+def test_prompt_lookup_num_tokens_beyond_the_core_limit_is_refused_first():
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"), torch.no_grad(), pld.enabled():
+        model.generate(_ids(), do_sample=False, max_new_tokens=4, prompt_lookup_num_tokens=(1 << 20) + 1)
+
+
+@torch_test
+def test_max_new_tokens_accepts_index_types():
+    import numpy as np
+
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    ref = pld.generate(model, _ids(), max_new_tokens=8, eos_token_id=None).new_tokens
+    for value in (np.int64(8), np.int32(8), np.uint16(8)):
+        assert pld.generate(model, _ids(), max_new_tokens=value, eos_token_id=None).new_tokens == ref
+    for value in (np.int64(8), np.int32(3)):
+        gen = pld.generate(model, _ids(), max_new_tokens=8, num_pred_tokens=value, eos_token_id=None)
+        assert gen.new_tokens == ref
+    for value in (np.float64(8), 8.0, True):  # no __index__, or a bool: refused
+        with pytest.raises(TypeError, match="max_new_tokens"):
+            pld.generate(model, _ids(), max_new_tokens=value)
+
+
+@torch_test
+def test_max_new_tokens_zero_is_refused():
+    """A positive int, as transformers asks (it refuses max_new_tokens=0)."""
+    import pld
+
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pld.generate(mf.tiny_model("gpt2"), _ids(), max_new_tokens=0)
+
+
+@torch_test
+def test_max_new_tokens_is_bounded_by_the_index_limit():
+    """prompt + max_new_tokens up to 2**32 - 3 (the index's limit) is
+    accepted, and costs nothing when the output stops at once; one more is a
+    ValueError before anything is allocated."""
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    ids = _ids()
+    limit = (1 << 32) - 3
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        pld.generate(model, ids, max_new_tokens=limit - ids.shape[1] + 1)
+    first = mf.greedy(model, ids, 1)[0]
+    gen = pld.generate(model, ids, max_new_tokens=limit - ids.shape[1], eos_token_id=first)
+    assert gen.new_tokens == [first]
+
+
+# ============================================================ B. no usable cache
+def _openai_gpt():
+    import torch
+    from transformers import OpenAIGPTConfig, OpenAIGPTLMHeadModel
+
+    torch.manual_seed(0)
+    config = OpenAIGPTConfig(vocab_size=mf.VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256)
+    model = OpenAIGPTLMHeadModel(config).eval()
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = mf.PAD
+    return model
+
+
+@torch_test
+def test_model_without_a_cache_is_refused_by_generate():
+    import pld
+
+    with pytest.raises(ValueError, match="OpenAIGPTLMHeadModel") as error:
+        pld.generate(_openai_gpt(), _ids(), max_new_tokens=12)
+    assert "cache" in str(error.value)
+
+
+@torch_test
+def test_model_without_a_cache_goes_to_transformers_under_enable(caplog):
+    """The same outcome as transformers' own prompt lookup without pld (the
+    same tokens, or the same error where transformers has no answer for
+    such a model either), and one log line."""
+    import torch
+
+    import pld
+
+    model = _openai_gpt()
+    ids = _ids()
+    kw = dict(do_sample=False, max_new_tokens=12, prompt_lookup_num_tokens=4)
+
+    def outcome():
+        try:
+            with torch.no_grad():
+                return model.generate(ids, **kw)[0].tolist()
+        except Exception as e:  # noqa: BLE001 - compared with transformers' own
+            return (type(e).__name__, str(e))
+
+    plain = outcome()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="pld"), pld.enabled():
+        ours = outcome()
+    assert ours == plain
+    records = [r for r in caplog.records if r.name == "pld"]
+    assert len(records) == 1, [r.getMessage() for r in records]
+    assert "cache" in records[0].getMessage() and "transformers" in records[0].getMessage()
+
+
+def _drops_cache(inner):
+    """A model that takes past_key_values and ignores it (it runs the inner
+    model without a cache): it looks cache-capable and is not."""
+    import torch
+
+    class DropsCache(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = inner
+            self.config = inner.config
+            self.generation_config = inner.generation_config
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None,
+                    use_cache=None, **kwargs):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              position_ids=position_ids, use_cache=use_cache)
+
+    return DropsCache()
+
+
+@torch_test
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_model_ignoring_past_key_values_raises(arch):
+    import pld
+
+    model = _drops_cache(mf.tiny_model(arch))
+    with pytest.raises(ValueError, match="DropsCache") as error:
+        pld.generate(model, _ids(), max_new_tokens=12, eos_token_id=None)
+    assert "past_key_values" in str(error.value)
+
+
+# ============================================================ C. argument types
+@torch_test
+def test_attention_mask_forms_are_accepted():
+    import numpy as np
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    ids = mf.as_ids([mf.PAD, mf.PAD, 5, 6, 7, 5, 6])
+    mask = [[0, 0, 1, 1, 1, 1, 1]]
+    ref = pld.generate(model, ids, max_new_tokens=8, eos_token_id=None,
+                       attention_mask=torch.tensor(mask)).new_tokens
+    for form in (mask, tuple(mask[0]), mask[0], np.array(mask), torch.tensor(mask[0])):
+        gen = pld.generate(model, ids, max_new_tokens=8, eos_token_id=None, attention_mask=form)
+        assert gen.new_tokens == ref, type(form)
+
+
+@torch_test
+@pytest.mark.parametrize("form", ["list", "shape", "string"])
+def test_bad_attention_mask_names_the_argument(form):
+    import pld
+
+    bad = {"list": [[1, 1], [1]], "shape": [[1, 1, 1]], "string": "1111111111"}[form]
+    with pytest.raises((TypeError, ValueError), match="attention_mask"):
+        pld.generate(mf.tiny_model("gpt2"), _ids(), max_new_tokens=4, attention_mask=bad)
+
+
+@torch_test
+def test_eos_token_id_forms_are_accepted():
+    import numpy as np
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    ids = _ids()
+    first = mf.greedy(model, ids, 1)[0]
+    ref = pld.generate(model, ids, max_new_tokens=8, eos_token_id=first).new_tokens
+    assert ref == [first]
+    for form in (np.int64(first), torch.tensor(first), torch.tensor([first, 0]),
+                 [np.int32(first)], (first,), np.array([first])):
+        gen = pld.generate(model, ids, max_new_tokens=8, eos_token_id=form)
+        assert gen.new_tokens == ref, form
+
+
+@torch_test
+@pytest.mark.parametrize("bad", ["3", 3.0, True, [1.5], [None], object()])
+def test_bad_eos_token_id_names_the_argument(bad):
+    import pld
+
+    with pytest.raises(TypeError, match="eos_token_id"):
+        pld.generate(mf.tiny_model("gpt2"), _ids(), max_new_tokens=4, eos_token_id=bad)
+
+
+_BAD_ARGUMENTS = [
+    ("model", None),
+    ("model", "gpt2"),
+    ("logits_processor", 3),
+    ("logits_processor", "lambda"),
+    ("logits_processor", "list-of-int"),
+    ("stopping_criteria", "lambda"),
+    ("streamer", object()),
+    ("on_step", 3),
+    ("do_sample", "no"),
+    ("cost_aware", "no"),
+    ("top_k", "5"),
+    ("top_p", "0.5"),
+    ("temperature", [0.5]),
+]
+
+
+@torch_test
+@pytest.mark.parametrize("name,value", _BAD_ARGUMENTS, ids=[f"{n}-{i}" for i, (n, _) in enumerate(_BAD_ARGUMENTS)])
+def test_wrong_types_name_the_argument(name, value):
+    import pld
+
+    if value == "lambda":
+        value = lambda *args: False  # noqa: E731 - a callable where a list is expected
+    elif value == "list-of-int":
+        value = [3]
+    kwargs = dict(max_new_tokens=4, eos_token_id=None)
+    model = mf.tiny_model("gpt2")
+    if name == "model":
+        model = value
+    else:
+        kwargs[name] = value
+        if name in ("top_k", "top_p", "temperature"):
+            kwargs["do_sample"] = True
+    with pytest.raises(TypeError, match=name):
+        pld.generate(model, _ids(), **kwargs)
+
+
+# ============================================================ D. benchmark data
+def test_spec_bench_default_from_the_environment(tmp_path, monkeypatch):
+    from pld.bench import tasks
+
+    data = tmp_path / "elsewhere" / "q.jsonl"
+    data.parent.mkdir()
+    data.write_text(json.dumps({"question_id": 1, "category": "rag", "turns": ["R"]}) + "\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PLD_SPEC_BENCH", str(data))
+    assert Path(tasks.default_spec_bench()) == data
+    # set to a file that is not there: an error naming the variable
+    monkeypatch.setenv("PLD_SPEC_BENCH", str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ValueError, match="PLD_SPEC_BENCH"):
+        tasks.default_spec_bench()
+
+
+@pytest.mark.parametrize("where", ["cwd", "parent", "sibling"])
+def test_spec_bench_default_from_the_working_directory(tmp_path, monkeypatch, where):
+    from pld.bench import tasks
+
+    data = tmp_path / "shared" / "data" / "spec_bench" / "question.jsonl"
+    data.parent.mkdir(parents=True)
+    data.write_text(json.dumps({"question_id": 1, "category": "rag", "turns": ["R"]}) + "\n")
+    cwd = {"cwd": tmp_path, "parent": tmp_path / "a" / "b", "sibling": tmp_path / "main"}[where]
+    cwd.mkdir(parents=True, exist_ok=True)
+    monkeypatch.chdir(cwd)
+    monkeypatch.delenv("PLD_SPEC_BENCH", raising=False)
+    assert Path(tasks.default_spec_bench()).resolve() == data.resolve()
+    assert [p.id for p in tasks.load("spec-bench", ["rag"], 1, tasks.default_spec_bench())] == [
+        "spec-bench/1"]
+
+
+def test_spec_bench_without_data_is_a_clear_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PLD_SPEC_BENCH"}
+    # --limit 0 is refused later: whatever happens, nothing is benchmarked
+    proc = subprocess.run([sys.executable, "-m", "pld", "bench", "--source", "spec-bench", "--limit", "0",
+                           "--out", str(tmp_path / "out"), "--no-progress"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "--data" in proc.stderr and "PLD_SPEC_BENCH" in proc.stderr, proc.stderr
+    tried = tmp_path.resolve() / "shared" / "data" / "spec_bench" / "question.jsonl"
+    assert str(tried) in proc.stderr, proc.stderr
