@@ -6,7 +6,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 import torch
 
-from . import loop
+from . import _core, loop
 from .render import render_steps
 
 
@@ -95,12 +95,14 @@ def generate(
         raise ValueError("input_ids: the prompt is empty")
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"input_ids: expected integer ids, got {input_ids.dtype}")
-    for name, value in (("max_new_tokens", max_new_tokens), ("num_pred_tokens", num_pred_tokens),
-                        ("max_ngram_size", max_ngram_size), ("min_ngram_size", min_ngram_size)):
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value < (0 if name == "max_new_tokens" else 1):
-            raise ValueError(f"{name} must be >= {0 if name == 'max_new_tokens' else 1}, got {value}")
+    prompt_len = input_ids.shape[1]
+    max_new_tokens = loop.check_size(
+        "max_new_tokens", max_new_tokens, 1, loop.MAX_INDEX_TOKENS - prompt_len,
+        f"prompt + max_new_tokens is at most {loop.MAX_INDEX_TOKENS} tokens, the index's limit")
+    num_pred_tokens = loop.check_size("num_pred_tokens", num_pred_tokens, 1, loop.MAX_DRAFT_TOKENS,
+                                      "the C core's limit on a draft")
+    max_ngram_size = loop.check_size("max_ngram_size", max_ngram_size, 1, _core.MAX_NGRAM)
+    min_ngram_size = loop.check_size("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         raise ValueError("model: encoder-decoder models are not supported; pld needs a decoder-only model")
     if eos_token_id == -1:
@@ -137,4 +139,4 @@ def generate(
         )
     if streamer is not None:
         streamer.end()
-    return Generation(sequences=result.sequences, prompt_length=input_ids.shape[1], stats=result.stats)
+    return Generation(sequences=result.sequences, prompt_length=prompt_len, stats=result.stats)

@@ -72,6 +72,8 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
     ) -> None:
         if max_matching_ngram_size is None or max_matching_ngram_size <= 0 or num_output_tokens <= 0:
             raise ValueError("Invalid max_matching_ngram_size or num_output_tokens")
+        loop.check_size("num_output_tokens (prompt_lookup_num_tokens)", num_output_tokens, 1,
+                        loop.MAX_DRAFT_TOKENS, "the C core's limit on a draft")
         self.num_output_tokens = num_output_tokens
         self.max_matching_ngram_size = max_matching_ngram_size
         self.max_length = max_length
@@ -163,6 +165,8 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     mask = model_kwargs.get("attention_mask")
     if mask is not None and mask.shape != input_ids.shape:
         return "attention_mask does not match input_ids"
+    if config.max_length is not None and config.max_length > loop.MAX_INDEX_TOKENS:
+        return f"max_length {config.max_length} is beyond the index's limit of {loop.MAX_INDEX_TOKENS} tokens"
     return None
 
 
@@ -172,6 +176,9 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     bound.apply_defaults()
     named = dict(bound.arguments)
     model_kwargs = dict(named.pop("model_kwargs", {}) or {})
+    k = named["generation_config"].prompt_lookup_num_tokens
+    if k is not None:  # the C core refuses a longer draft: say so with the caller's name, first
+        loop.check_size("prompt_lookup_num_tokens", k, 1, loop.MAX_DRAFT_TOKENS, "the C core's limit on a draft")
     reason = _native_blocker(self, input_ids, named, model_kwargs)
     if reason is not None:
         logger.warning("pld: using transformers' assisted decoding (%s)", reason)

@@ -10,11 +10,14 @@ One step:
     update   append chosen[:n+1]; crop the cache by k-n; index.extend; stops
 
 Nothing per step grows with the context on the host: the sequence lives in a
-preallocated device buffer that the stopping criteria and logits processors
-see as views, and the index only ingests the accepted tokens.
+device buffer that the stopping criteria and logits processors see as views,
+and the index only ingests the accepted tokens. The buffer starts with room
+for INITIAL_NEW_TOKENS new tokens and doubles when the output needs more, so
+a large ``max_new_tokens`` costs memory only as far as the output goes.
 """
 from __future__ import annotations
 
+import operator
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional, Sequence
@@ -26,8 +29,16 @@ from .draft_length import CostGate, DraftLength
 from .gqa_attention import shared_kv_heads
 from .linear_kernel import LinearKernel
 
-# The index reserves table room for at most this many new tokens up front.
+# PromptLookupCandidateGenerator reserves index room for at most this many
+# new tokens up front (the loop reserves as its buffer grows).
 RESERVE_MAX_NEW_TOKENS = 1 << 16
+# The sequence buffer (ids, mask, positions) starts with room for this many
+# new tokens (plus a draft) and doubles as the output grows.
+INITIAL_NEW_TOKENS = 1 << 10
+# The C core's limits (csrc/pld_module.c PLD_MAX_DRAFT, csrc/pld.h
+# PLD_INDEX_MAX_TOKENS): checked here first, with the caller's names.
+MAX_DRAFT_TOKENS = 1 << 20
+MAX_INDEX_TOKENS = (1 << 32) - 3
 
 # Warpers that treat each row on its own and never read input_ids: all draft
 # positions go through them in one call.
@@ -102,6 +113,20 @@ def _forward_accepts(model: Any, name: str) -> bool:
         return name in inspect.signature(model.forward).parameters
     except (TypeError, ValueError):
         return False
+
+
+def check_size(name: str, value: Any, minimum: int, maximum: int, why: str = "") -> int:
+    """``value`` as an int in [minimum, maximum]: anything with __index__ (a
+    NumPy integer...) but not a bool; a TypeError or ValueError naming
+    ``name`` otherwise (``why`` explains the maximum)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_" or not hasattr(type(value), "__index__"):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = operator.index(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}{f' ({why})' if why else ''}, got {value}")
+    return value
 
 
 def run(
@@ -188,10 +213,11 @@ def _decode(
     """The loop of :func:`run`, inside its kernel choices."""
     if input_ids.dim() != 2 or input_ids.shape[0] != 1:
         raise ValueError(f"input_ids: expected shape [1, L], got {tuple(input_ids.shape)}")
-    if num_pred_tokens < 1:
-        raise ValueError(f"num_pred_tokens must be >= 1, got {num_pred_tokens}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+    prompt_len = input_ids.shape[1]
+    num_pred_tokens = check_size("num_pred_tokens", num_pred_tokens, 1, MAX_DRAFT_TOKENS,
+                                 "the C core's limit on a draft")
+    max_new_tokens = check_size("max_new_tokens", max_new_tokens, 0, MAX_INDEX_TOKENS - prompt_len,
+                                f"prompt + max_new_tokens is at most {MAX_INDEX_TOKENS} tokens")
     if semantics not in ("seed", "transformers"):
         raise ValueError(f"semantics must be 'seed' or 'transformers', got {semantics!r}")
     t_start = time.perf_counter()
@@ -204,11 +230,14 @@ def _decode(
     scores: Optional[list] = [] if output_scores else None
     raw: Optional[list] = [] if output_logits else None
 
-    prompt_len = input_ids.shape[1]
-    capacity = prompt_len + max_new_tokens + num_pred_tokens + 1
+    # The buffers never need more than prompt + max_new_tokens slots (a draft
+    # plus the bonus token fit the budget); they start smaller and grow.
+    full = prompt_len + max_new_tokens
+    capacity = min(full, prompt_len + INITIAL_NEW_TOKENS + num_pred_tokens + 1)
     seq = torch.empty((1, capacity), dtype=torch.long, device=device)
     seq[:, :prompt_len] = input_ids
-    # on the CPU, a NumPy view of the same memory: propose writes drafts into it
+    # on the CPU, a NumPy view of the same memory: propose writes drafts into
+    # it (taken again after every growth)
     host_seq = seq[0].numpy() if device.type == "cpu" else None
     # Positions follow the attention mask (left padding keeps its meaning).
     if attention_mask is not None:
@@ -230,9 +259,9 @@ def _decode(
 
     index = _core.NgramIndex(max_ngram_size, min_ngram_size, policy)
     index.extend(input_ids[0].tolist())
-    # the tables' growth is paid here, not in a step (a cap: a rare
-    # generation longer than that grows as usual, amortised)
-    index.reserve(min(max_new_tokens, RESERVE_MAX_NEW_TOKENS))
+    # the tables' growth is paid here, not in a step: room for the tokens
+    # the buffer can take, and more with each growth of the buffer
+    index.reserve(capacity - prompt_len)
     cur = prompt_len          # tokens in seq
     cached = 0                # tokens in the cache
     if hasattr(cache, "activate_past_recording"):
@@ -246,6 +275,12 @@ def _decode(
         budget = max_new_tokens - (cur - prompt_len)
         # propose: the draft plus the bonus token must fit the budget
         want = min(draft_length.next(), budget - 1)
+        if cur + want + 1 > capacity:  # room for the draft and the bonus token
+            capacity = min(full, max(cur + want + 1, 2 * capacity))
+            seq, mask, positions = _grow(seq, mask, positions, capacity, n_pad)
+            index.reserve(capacity - cur)
+            if host_seq is not None:
+                host_seq = seq[0].numpy()
         if want <= 0:
             draft: Sequence[int] = []
         elif host_seq is not None:  # the draft is written in place, after the sequence
@@ -347,6 +382,19 @@ def _decode(
         logits=tuple(raw) if raw is not None else None,
         past_key_values=cache,
     )
+
+
+def _grow(seq: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, capacity: int,
+          n_pad: int) -> tuple:
+    """The three buffers with ``capacity`` slots, their contents kept: the
+    mask is 1 and the positions count on past the old end."""
+    old = seq.shape[1]
+    new_seq = torch.empty((1, capacity), dtype=seq.dtype, device=seq.device)
+    new_seq[:, :old] = seq
+    new_mask = torch.ones((1, capacity), dtype=mask.dtype, device=mask.device)
+    new_mask[:, :old] = mask
+    tail = torch.arange(old - n_pad, capacity - n_pad, dtype=positions.dtype, device=positions.device)
+    return new_seq, new_mask, torch.cat([positions, tail[None]], dim=1)
 
 
 def _cut_at(draft: Sequence[int], eos: set) -> Sequence[int]:
