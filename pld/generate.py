@@ -105,6 +105,11 @@ def generate(
     min_ngram_size = loop.check_size("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
     if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
         raise ValueError("model: encoder-decoder models are not supported; pld needs a decoder-only model")
+    reason = loop.cache_blocker(model)
+    if reason is not None:
+        raise ValueError(f"model: {type(model).__name__} cannot be used by pld.generate: {reason}; "
+                         "prompt lookup verifies drafts against a KV cache it crops "
+                         "(use plain model.generate() for this model)")
     if eos_token_id == -1:
         eos_token_id = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     eos = [] if eos_token_id is None else ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))

@@ -148,6 +148,9 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
             return f"generation_config.{flag} is set"
     if getattr(model.config, "is_encoder_decoder", False):
         return "encoder-decoder models are not supported natively"
+    no_cache = loop.cache_blocker(model)
+    if no_cache is not None:
+        return f"{type(model).__name__} has no usable KV cache: {no_cache}"
     if input_ids.shape[0] != 1:
         return f"batch size {input_ids.shape[0]}"
     if args.get("synced_gpus"):

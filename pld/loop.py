@@ -129,6 +129,43 @@ def check_size(name: str, value: Any, minimum: int, maximum: int, why: str = "")
     return value
 
 
+def cache_blocker(model: Any) -> Optional[str]:
+    """Why ``model`` cannot keep a cropped transformers cache for the loop,
+    or None when it looks able to (checked again after the prefill)."""
+    if getattr(model, "_is_stateful", False):
+        return "it is a stateful (recurrent) model, whose state cannot be rolled back to a prefix"
+    supports = getattr(type(model), "_supports_default_dynamic_cache", None)
+    if callable(supports):
+        try:
+            if not supports():
+                return "transformers gives it no DynamicCache (_supports_default_dynamic_cache() is False)"
+        except Exception:  # noqa: BLE001 - an odd class: the prefill check decides
+            pass
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if "past_key_values" in params:
+        return None
+    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    # transformers' models name past_key_values when they take it (their
+    # **kwargs are for attention/loss options); a wrapper's **kwargs may
+    # pass it on, and the check after the prefill sees if it does not
+    if not var_keyword or _is_transformers_model(model):
+        return "its forward() takes no past_key_values (the model keeps no KV cache)"
+    return None
+
+
+def _is_transformers_model(model: Any) -> bool:
+    try:
+        from transformers import PreTrainedModel
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        return False
+    return isinstance(model, PreTrainedModel)
+
+
 def run(
     model: Any,
     input_ids: torch.Tensor,
@@ -311,6 +348,8 @@ def _decode(
             inputs["logits_to_keep"] = k + 1
         t_forward = time.perf_counter()
         out = model(**inputs)
+        if not stats.steps:
+            _check_prefill(model, out, cache, cur + k)
         logits = out.logits[0, -(k + 1):]
         # accept: choose on the model's device, k+1 ids to the host, compare in C
         processed = None
@@ -395,6 +434,23 @@ def _grow(seq: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, capaci
     new_mask[:, :old] = mask
     tail = torch.arange(old - n_pad, capacity - n_pad, dtype=positions.dtype, device=positions.device)
     return new_seq, new_mask, torch.cat([positions, tail[None]], dim=1)
+
+
+def _check_prefill(model: Any, out: Any, cache: Any, expected: int) -> None:
+    """After the first forward the cache must hold every token fed to it: a
+    model that ignores ``past_key_values`` (or keeps its own cache) would
+    otherwise see only the newest tokens in the next step."""
+    name = type(model).__name__
+    if getattr(out, "past_key_values", None) is None:
+        raise ValueError(
+            f"model: {name} returned no past_key_values from its forward; pld's loop needs a model "
+            "that fills the KV cache it is given (use plain model.generate() for this model)")
+    held = cache.get_seq_length()
+    if held != expected:
+        raise ValueError(
+            f"model: {name} did not fill the KV cache passed as past_key_values (it holds {held} "
+            f"tokens after a forward over {expected}); pld's loop needs a model that uses the cache "
+            "it is given (use plain model.generate() for this model)")
 
 
 def _cut_at(draft: Sequence[int], eos: set) -> Sequence[int]:
