@@ -30,15 +30,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import methods as registry
 from . import tasks as task_sources
 
-DEFAULT_SPEC_BENCH = os.path.normpath(os.path.join(
-    os.path.dirname(__file__), "..", "..", "..", "shared", "data", "spec_bench", "question.jsonl"))
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", choices=task_sources.SOURCES, default="builtin",
                    help="where prompts come from (default: builtin, offline)")
-    p.add_argument("--data", default="", help="the spec-bench question.jsonl "
-                   f"(default when it exists: {DEFAULT_SPEC_BENCH})")
+    p.add_argument("--data", default="", help="the spec-bench question.jsonl (default: "
+                   f"${task_sources.SPEC_BENCH_ENV}, else {task_sources.SPEC_BENCH_RELATIVE} "
+                   "in the working directory or a parent)")
     p.add_argument("--tasks", default="all", help=f"'all' or some of {','.join(task_sources.TASKS)}")
     p.add_argument("--limit", type=int, default=10, help="prompts per task (default 10)")
     p.add_argument("--methods", default="default",
@@ -57,14 +54,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    tasks = task_sources.parse_tasks(args.tasks)
+    data = args.data
+    if args.source == "spec-bench" and not data:
+        try:
+            data = task_sources.default_spec_bench()
+        except ValueError as e:
+            raise SystemExit(f"python -m pld bench: {e}") from None
+
     import torch
 
     from pld import models
 
     from . import report
 
-    tasks = task_sources.parse_tasks(args.tasks)
-    data = args.data or (DEFAULT_SPEC_BENCH if args.source == "spec-bench" else "")
     prompts = task_sources.load(args.source, tasks, args.limit, data)
     if not prompts:
         raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")

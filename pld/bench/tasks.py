@@ -8,15 +8,19 @@ copies least. Three sources:
 * ``builtin`` -- made on the spot from text and code on every machine
   (Python's own documentation topics and standard-library source); no data
   and no network needed. See :mod:`pld.bench.builtin_tasks`.
-* ``spec-bench`` -- a Spec-Bench ``question.jsonl`` by path.
+* ``spec-bench`` -- a Spec-Bench ``question.jsonl``: ``--data PATH``, else
+  ``$PLD_SPEC_BENCH``, else ``shared/data/spec_bench/question.jsonl`` in the
+  working directory or one of its parents (see :func:`default_spec_bench`).
 * ``hub`` -- CNN/DailyMail, HAGRID and MT-Bench from the Hugging Face Hub
   (online only). See :mod:`pld.bench.hub_tasks`.
 """
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Sequence, Tuple
+from pathlib import Path
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 #: task name -> what it measures
 TASKS: Dict[str, str] = {
@@ -101,6 +105,42 @@ def spec_bench(path: str, tasks: Sequence[str]) -> List[Prompt]:
     return out
 
 
+#: the environment variable naming the Spec-Bench question.jsonl
+SPEC_BENCH_ENV = "PLD_SPEC_BENCH"
+#: where the file lies relative to a folder searched for it
+SPEC_BENCH_RELATIVE = os.path.join("shared", "data", "spec_bench", "question.jsonl")
+
+
+def spec_bench_candidates(cwd: Optional[str] = None) -> List[str]:
+    """The paths :func:`default_spec_bench` tries, in order, after the
+    environment variable: ``shared/data/spec_bench/question.jsonl`` under the
+    working directory and under each of its parents (so a clone beside
+    ``shared/`` finds ``../shared/...``)."""
+    here = Path(cwd or os.getcwd()).resolve()
+    return [str(d / SPEC_BENCH_RELATIVE) for d in (here, *here.parents)]
+
+
+def default_spec_bench(cwd: Optional[str] = None) -> str:
+    """The Spec-Bench question.jsonl to use without ``--data``:
+    ``$PLD_SPEC_BENCH`` when set (it must exist), else the first of
+    :func:`spec_bench_candidates` that exists. A ValueError says which
+    paths were tried and what to pass when there is none."""
+    env = os.environ.get(SPEC_BENCH_ENV)
+    if env:
+        if not os.path.isfile(env):
+            raise ValueError(f"data: ${SPEC_BENCH_ENV} is {env!r}, which is not a file; "
+                             "point it at a Spec-Bench question.jsonl or pass --data PATH")
+        return env
+    tried = spec_bench_candidates(cwd)
+    for path in tried:
+        if os.path.isfile(path):
+            return path
+    listed = "\n  ".join(tried)
+    raise ValueError(
+        "data: no Spec-Bench question.jsonl found for --source spec-bench; pass --data PATH "
+        f"or set ${SPEC_BENCH_ENV}=PATH. Tried ${SPEC_BENCH_ENV} (not set) and:\n  {listed}")
+
+
 def load(source: str, tasks: Sequence[str], limit: int, data: str = "") -> List[Prompt]:
     """``limit`` prompts per task from ``source`` (see :data:`SOURCES`)."""
     if source == "builtin":
@@ -109,7 +149,8 @@ def load(source: str, tasks: Sequence[str], limit: int, data: str = "") -> List[
         found = builtin_tasks.prompts(tasks, limit)
     elif source == "spec-bench":
         if not data:
-            raise ValueError("data: the spec-bench source needs --data PATH to a question.jsonl")
+            raise ValueError("data: the spec-bench source needs --data PATH to a question.jsonl "
+                             "(the command line finds a default: see default_spec_bench)")
         found = spec_bench(data, tasks)
     elif source == "hub":
         from . import hub_tasks
