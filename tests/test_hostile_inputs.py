@@ -1,0 +1,663 @@
+"""Hostile and careless inputs to the C binding: no crash, no use-after-free,
+no swallowed error, no wrong answer.
+
+One section per class of fault:
+
+1. caller memory read while Python code runs (``__index__``, ``__float__``,
+   iteration, ``__dlpack__`` that mutate or free what the binding reads);
+2. DLPack capsules with garbage fields (built with ctypes);
+3. misaligned and byte-swapped buffers (UBSan reports a misaligned load);
+4. errors swallowed (KeyboardInterrupt, MemoryError must pass through);
+5. inputs at the Python edge (np.matrix, NumPy and 0-d integers);
+6. randomness (seed range, the default generator after ``os.fork()``);
+7. hash flooding (the index's hash is keyed per index);
+plus threads sharing one index.
+
+Every case that could crash the interpreter runs in a child process, so a
+crash is a failed test, not a dead suite. The module runs under the normal
+build and, in CI, under the ASan/UBSan build (the children inherit the
+sanitizer runtime through LD_PRELOAD).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pld
+
+_PRELUDE = """
+import ctypes, gc, os, sys, threading
+import numpy as np
+import pld
+from pld import _core
+
+def expect(exc_types, fn, *names):
+    '''fn() raises one of exc_types whose message names every one of names.'''
+    try:
+        fn()
+    except exc_types as e:
+        for name in names:
+            assert name in str(e), (name, repr(e))
+        return e
+    raise AssertionError("no exception from %r" % (fn,))
+"""
+
+
+def run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `code` (after _PRELUDE) in a fresh interpreter; it prints OK last."""
+    src = _PRELUDE + textwrap.dedent(code) + "\nprint('OK')\n"
+    return subprocess.run([sys.executable, "-c", src], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ))
+
+
+def assert_child_ok(code: str, timeout: float = 120) -> str:
+    proc = run_child(code, timeout)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
+        f"child exited with {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}"
+        f"\n--- stderr\n{proc.stderr[-6000:]}")
+    return proc.stdout
+
+
+# ===================================================== 1. Python code mid-read
+
+SHRINKING_LIST = """
+class Clearer:
+    '''An id whose __index__ empties (or grows) the list that holds it.'''
+    def __init__(self, target, grow=False):
+        self.target, self.grow = target, grow
+    def __index__(self):
+        if self.grow:
+            self.target.extend([7] * 100000)
+        else:
+            self.target.clear()
+            gc.collect()
+        return 3
+
+def evil_list(grow=False, n=64):
+    lst = [None] + [int(i % 5) for i in range(n)] * 4
+    lst[0] = Clearer(lst, grow)
+    return lst
+"""
+
+
+@pytest.mark.parametrize("grow", [False, True], ids=["shrink", "grow"])
+@pytest.mark.parametrize("call", [
+    "pld.find_candidate_pred_tokens(evil_list(grow), 2, 3)",
+    "pld.NgramIndex(3).extend(evil_list(grow))",
+    "pld.accept_greedy(evil_list(grow, 2), [1] * 2000)",
+    "pld.accept_greedy([1, 2], evil_list(grow))",
+    "_core._ngram_tag(evil_list(grow, 1)[:3])",
+    "pld.find_candidate_pred_tokens([1, 2, 3, 1, 2], 2, 2, semantics='transformers',"
+    " eos_token_id=evil_list(grow))",
+])
+def test_list_mutated_by_index_during_conversion(call, grow):
+    # the binding reads a snapshot of the list: an answer from the ids it
+    # held when called, or a clean error -- never freed memory
+    assert_child_ok(SHRINKING_LIST + f"""
+grow = {grow}
+try:
+    {call}
+except (TypeError, ValueError):
+    pass
+""")
+
+
+def test_list_mutated_during_conversion_answers_from_the_snapshot():
+    assert_child_ok(SHRINKING_LIST + """
+ids = evil_list()
+snapshot = [3] + ids[1:]
+ix = pld.NgramIndex(3)
+ix.extend(ids)
+assert ix.tokens() == snapshot, ix.tokens()
+""")
+
+
+def test_uniforms_mutated_by_float():
+    assert_child_ok("""
+class Shrinker:
+    def __init__(self, target): self.target = target
+    def __float__(self):
+        self.target.clear(); gc.collect(); return 0.5
+probs = np.full((3, 8), 0.125, dtype=np.float32)
+u = [0.1, None, 0.2]
+u[1] = Shrinker(u)
+try:
+    n, toks = pld.accept_sample([1, 2], probs, uniforms=u)
+    assert 0 <= n <= 2 and len(toks) == n + 1
+except (TypeError, ValueError):
+    pass
+""")
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("victim", ["draft", "probs", "logits"])
+def test_tensor_resized_by_another_arguments_conversion(victim):
+    # a tensor argument freed (resize_ reallocates its storage) while the
+    # binding converts a later argument: the binding must not read it after
+    assert_child_ok(f"""
+import torch
+victim = {victim!r}
+draft = torch.tensor([1, 2, 3], dtype=torch.int64)
+probs = torch.full((4, 1000), 1e-3, dtype=torch.float32)
+class Resizer:
+    def __init__(self, t): self.t = t
+    def _hit(self):
+        self.t.resize_(1 << 22); self.t.zero_(); gc.collect()
+    def __index__(self):
+        self._hit(); return 1
+    def __float__(self):
+        self._hit(); return 0.25
+for _ in range(20):
+    draft = torch.tensor([1, 2, 3], dtype=torch.int64)
+    probs = torch.full((4, 1000), 1e-3, dtype=torch.float32)
+    try:
+        if victim == "draft":
+            pld.accept_greedy(draft, [Resizer(draft), 2, 3, 4])
+        elif victim == "probs":
+            pld.accept_sample([1, 2, 3], probs, uniforms=[0.1, Resizer(probs), 0.2, 0.3])
+        else:
+            pld.accept_greedy_logits([Resizer(probs), 2, 3], probs)
+    except (TypeError, ValueError, RuntimeError):
+        pass
+""")
+
+
+def test_dlpack_method_that_mutates_another_argument():
+    # __dlpack__ runs Python code too: it may clear a list given as another
+    # argument, which the binding has already converted (or not yet read)
+    assert_child_ok("""
+class Producer:
+    def __init__(self, victim, arr): self.victim, self.arr = victim, arr
+    def __dlpack__(self, *a, **k):
+        self.victim.clear(); gc.collect()
+        return self.arr.__dlpack__()
+    def __dlpack_device__(self): return (1, 0)
+eos = [9] * 1000
+src = np.array([1, 2, 3, 1, 2, 3, 9], dtype=np.int64)
+print(pld.find_candidate_pred_tokens(Producer(eos, src), 2, 3, semantics='transformers',
+                                     eos_token_id=eos))
+probs = np.full((2, 4), 0.25, dtype=np.float32)
+u = [0.5, 0.5]
+pld.accept_sample([1], Producer(u, probs), uniforms=u)
+""")
+
+
+def test_lying_len_and_raising_iterators():
+    assert_child_ok("""
+class Liar:
+    def __init__(self, n, items): self.n, self.items = n, items
+    def __len__(self): return self.n
+    def __getitem__(self, i):
+        if i >= len(self.items): raise IndexError(i)
+        return self.items[i]
+for n in (0, 1, 10**6):
+    ix = pld.NgramIndex(2)
+    ix.extend(Liar(n, [1, 2, 3, 1, 2]))
+    assert ix.tokens() == [1, 2, 3, 1, 2], (n, ix.tokens())
+class BadLen(Liar):
+    def __len__(self): return -1
+try:
+    pld.NgramIndex(2).extend(BadLen(0, [1, 2]))
+except (TypeError, ValueError):
+    pass
+""")
+
+
+# ========================================================= 2. garbage DLPack
+
+DLPACK_CTYPES = """
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+class DLManaged(ctypes.Structure):
+    _fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+class DLManagedVersioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", DLTensor)]
+PyCapsule_New = ctypes.pythonapi.PyCapsule_New
+PyCapsule_New.restype = ctypes.py_object
+PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+class Garbage:
+    '''__dlpack__ returns a capsule over a hand-made DLTensor.'''
+    def __init__(self, data=None, ndim=1, shape=(4,), strides=None, code=0, bits=64,
+                 lanes=1, device=1, byte_offset=0, versioned=False, major=1, name=None,
+                 null_shape=False):
+        self.buf = (ctypes.c_int64 * 64)(*range(64))
+        self.shape = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        self.strides = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
+        t = DLTensor()
+        t.data = ctypes.addressof(self.buf) if data is None else data
+        t.device = DLDevice(device, 0)
+        t.ndim = ndim
+        t.dtype = DLDataType(code, bits, lanes)
+        t.shape = ctypes.cast(None, ctypes.POINTER(ctypes.c_int64)) if null_shape else \\
+            ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
+        t.strides = ctypes.cast(self.strides, ctypes.POINTER(ctypes.c_int64))
+        t.byte_offset = byte_offset
+        if versioned:
+            self.m = DLManagedVersioned(major, 0, None, None, 0, t)
+        else:
+            self.m = DLManaged(t, None, None)
+        self.name = name or (b"dltensor_versioned" if versioned else b"dltensor")
+    def __dlpack__(self, *a, **k):
+        return PyCapsule_New(ctypes.addressof(self.m), self.name, None)
+    def __dlpack_device__(self):
+        return (1, 0)
+
+ENTRY_POINTS = {
+    "input_ids": lambda g: pld.find_candidate_pred_tokens(g, 2, 2),
+    "tokens": lambda g: pld.NgramIndex(2).extend(g),
+    "draft": lambda g: pld.accept_greedy(g, [1] * 80),
+    "logits": lambda g: pld.accept_greedy_logits([], g),
+    "probs": lambda g: pld.accept_sample([], g),
+    "out": lambda g: pld.NgramIndex(2).propose(1, out=g),
+}
+"""
+
+GARBAGE = [
+    ("null-shape", "dict(null_shape=True)"),
+    ("negative-dim", "dict(shape=(-5,))"),
+    ("huge-dim", "dict(shape=(2**62,))"),
+    ("huge-2d", "dict(ndim=2, shape=(2**40, 2**40))"),
+    ("null-data", "dict(data=0)"),
+    ("negative-ndim", "dict(ndim=-1)"),
+    ("ndim-100", "dict(ndim=100)"),
+    ("bits-0", "dict(bits=0)"),
+    ("bits-3", "dict(bits=3)"),
+    ("bits-128", "dict(bits=128)"),
+    ("lanes-4", "dict(lanes=4)"),
+    ("lanes-0", "dict(lanes=0)"),
+    ("unknown-code", "dict(code=77)"),
+    ("complex", "dict(code=5, bits=64)"),
+    ("huge-stride", "dict(strides=(2**61,))"),
+    ("negative-huge-stride", "dict(strides=(-(2**61),))"),
+    ("huge-byte-offset", "dict(byte_offset=2**63 + 5)"),
+    ("offset-wraps-pointer", "dict(byte_offset=2**64 - 8)"),
+    ("device-cuda", "dict(device=2)"),
+    ("device-bogus", "dict(device=-3)"),
+    ("version-2", "dict(versioned=True, major=2)"),
+    ("version-0", "dict(versioned=True, major=0)"),
+    ("wrong-name", "dict(name=b'not_a_dltensor')"),
+]
+
+
+@pytest.mark.parametrize("fields", [g[1] for g in GARBAGE], ids=[g[0] for g in GARBAGE])
+def test_garbage_dlpack_capsule_is_refused(fields):
+    assert_child_ok(DLPACK_CTYPES + f"""
+for arg, fn in ENTRY_POINTS.items():
+    g = Garbage(**{fields})
+    if arg in ("logits", "probs"):
+        g = Garbage(**dict(dict(code=2, bits=32, ndim=2, shape=(1, 4)), **{fields}))
+    expect((TypeError, ValueError), lambda: fn(g), arg)
+""")
+
+
+def test_valid_handmade_capsules_are_read():
+    # the same machinery with sane fields is read correctly, so the refusals
+    # above are about the fields, not about hand-made capsules
+    assert_child_ok(DLPACK_CTYPES + """
+g = Garbage(shape=(6,))
+ix = pld.NgramIndex(2); ix.extend(g)
+assert ix.tokens() == [0, 1, 2, 3, 4, 5]
+g = Garbage(shape=(3,), strides=(2,))
+ix = pld.NgramIndex(2); ix.extend(g)
+assert ix.tokens() == [0, 2, 4]
+g = Garbage(shape=(3,), versioned=True)
+ix = pld.NgramIndex(2); ix.extend(g)
+assert ix.tokens() == [0, 1, 2]
+g = Garbage(shape=(0,), data=0)   # empty: NULL data is fine
+ix = pld.NgramIndex(2); ix.extend(g)
+assert ix.tokens() == []
+""")
+
+
+def test_float8_is_not_called_float64():
+    assert_child_ok(DLPACK_CTYPES + """
+e = expect(TypeError, lambda: pld.accept_greedy_logits([], Garbage(code=2, bits=8, ndim=2, shape=(1, 4))), "logits")
+assert "float64" not in str(e) and "float8" in str(e), str(e)
+e = expect(TypeError, lambda: pld.NgramIndex(2).extend(Garbage(code=2, bits=8)), "tokens")
+assert "float64" not in str(e), str(e)
+""")
+
+
+# ============================================ 3. misaligned and byte-swapped
+
+def _misaligned(values, dtype):
+    dtype = np.dtype(dtype)
+    raw = bytearray(len(values) * dtype.itemsize + 1)
+    arr = np.frombuffer(raw, dtype=dtype, offset=1, count=len(values))
+    arr = np.ndarray(arr.shape, dtype=dtype, buffer=raw, offset=1)
+    arr[:] = values
+    assert arr.ctypes.data % dtype.itemsize != 0
+    return arr
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "int16", "uint32"])
+def test_misaligned_token_buffers(dtype):
+    seq = [1, 2, 3, 1, 2, 3, 1, 2]
+    arr = _misaligned(seq, dtype)
+    expected = pld.find_candidate_pred_tokens(seq, 2, 3)
+    assert list(pld.find_candidate_pred_tokens(arr, 2, 3)) == expected
+    ix = pld.NgramIndex(2)
+    ix.extend(arr)
+    assert ix.tokens() == seq
+    assert pld.accept_greedy(_misaligned([1, 2], dtype), _misaligned([1, 2, 9], dtype)) == \
+        pld.accept_greedy([1, 2], [1, 2, 9])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_misaligned_float_buffers(dtype):
+    rng = np.random.default_rng(0)
+    logits = rng.standard_normal((3, 50)).astype(dtype)
+    shifted = _misaligned(logits.ravel(), dtype).reshape(3, 50)
+    draft = [int(logits[0].argmax()), 5]
+    assert pld.accept_greedy_logits(draft, shifted) == pld.accept_greedy_logits(draft, logits)
+    probs = np.abs(logits).astype(dtype) + np.asarray(0.01, dtype)
+    u = [0.3, 0.6, 0.9]
+    assert pld.accept_sample(draft, _misaligned(probs.ravel(), dtype).reshape(3, 50),
+                             uniforms=u) == pld.accept_sample(draft, probs, uniforms=u)
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32"])
+def test_misaligned_out_buffer(dtype):
+    ix = pld.NgramIndex(2)
+    ix.extend([1, 2, 3, 4, 1, 2])
+    out = _misaligned([0] * 4, dtype)
+    n = ix.propose(3, out=out)
+    assert list(out[:n]) == ix.propose(3) == [3, 4, 1]
+
+
+@pytest.mark.parametrize("dtype", [">i8", ">i4", ">f4"])
+def test_byte_swapped_buffers_are_refused(dtype):
+    arr = np.zeros((3, 4) if "f" in dtype else 4, dtype=dtype)
+    if "f" in dtype:
+        with pytest.raises(TypeError, match="logits"):
+            pld.accept_greedy_logits([1, 2], arr)
+    else:
+        with pytest.raises(TypeError, match="input_ids"):
+            pld.find_candidate_pred_tokens(arr, 2, 2)
+        with pytest.raises((TypeError, ValueError), match="out"):
+            pld.NgramIndex(2).propose(2, out=arr)
+
+
+# ======================================================= 4. swallowed errors
+
+@pytest.mark.parametrize("exc", ["KeyboardInterrupt", "MemoryError"])
+@pytest.mark.parametrize("where", ["iter", "index", "float", "dlpack", "getattr"])
+def test_errors_from_callbacks_pass_through(exc, where):
+    assert_child_ok(f"""
+EXC = {exc}
+class Items:
+    def __len__(self): return 3
+    def __getitem__(self, i): raise EXC()
+class Id:
+    def __index__(self): raise EXC()
+class Flt:
+    def __float__(self): raise EXC()
+class Producer:
+    def __dlpack__(self, *a, **k): raise EXC()
+    def __dlpack_device__(self): return (1, 0)
+class Attr:
+    def __getattr__(self, name): raise EXC()
+probs = np.full((2, 4), 0.25, dtype=np.float32)
+where = {where!r}
+calls = {{
+    "iter": [lambda: pld.NgramIndex(2).extend(Items()),
+             lambda: pld.find_candidate_pred_tokens(Items(), 2, 2),
+             lambda: pld.accept_sample([1], probs, uniforms=Items())],
+    "index": [lambda: pld.NgramIndex(2).extend([1, Id()]),
+              lambda: pld.accept_greedy([Id()], [1, 2]),
+              lambda: pld.NgramIndex(2).propose(Id()),
+              lambda: pld.NgramIndex(Id()),
+              lambda: pld.Generator(Id())],
+    "float": [lambda: pld.accept_sample([1], probs, uniforms=[0.5, Flt()])],
+    "dlpack": [lambda: pld.NgramIndex(2).extend(Producer()),
+               lambda: pld.accept_greedy_logits([1], Producer()),
+               lambda: pld.NgramIndex(2).propose(2, out=Producer())],
+    "getattr": [lambda: pld.NgramIndex(2).extend(Attr()),
+                lambda: pld.accept_greedy_logits([1], Attr())],
+}}[where]
+for fn in calls:
+    try:
+        fn()
+    except EXC:
+        continue
+    except BaseException as e:
+        raise AssertionError("got %r instead of {exc}" % (e,))
+    raise AssertionError("no exception")
+""")
+
+
+def test_replaced_errors_keep_their_cause():
+    class Id:
+        def __index__(self):
+            raise ValueError("bad id inside")
+    with pytest.raises(ValueError, match="tokens") as info:
+        pld.NgramIndex(2).extend([1, Id()])
+    assert "bad id inside" in repr(info.value.__cause__)
+    with pytest.raises(TypeError, match="input_ids") as info:
+        pld.find_candidate_pred_tokens([np.array([1, 2]), np.array([3, 4])], 2, 2)
+
+
+# ================================================= 5. the Python edge
+
+def test_numpy_matrix_answers_like_an_array():
+    seq = [1, 2, 3, 4, 1, 2]
+    got = pld.find_candidate_pred_tokens(np.matrix([seq]), 2, 2)
+    assert np.asarray(got).ravel().tolist() == [3, 4]
+
+
+@pytest.mark.parametrize("make", [np.int64, np.int32, np.uint8, lambda v: np.array(v)],
+                         ids=["int64", "int32", "uint8", "0d-array"])
+def test_numpy_integers_wherever_an_int_is(make):
+    seq = [1, 2, 3, 4, 1, 2, 5, 1, 2]
+    want = pld.find_candidate_pred_tokens(seq, 2, 3)
+    assert pld.find_candidate_pred_tokens(seq, make(2), make(3)) == want
+    assert pld.find_candidate_pred_tokens(seq, 2, 3, min_ngram_size=make(1)) == want
+    ix = pld.NgramIndex(make(2), make(1))
+    ix.extend(seq)
+    ix.extend(make(3))
+    assert ix.propose(make(2)) == [4, 1]
+    ix.reserve(make(10))
+    ix.truncate(make(9))
+    assert ix.propose(make(3)) == want
+    eos = pld.find_candidate_pred_tokens(seq, 2, 3, semantics="transformers",
+                                         eos_token_id=make(4), max_length=make(50))
+    assert eos == [3]
+    assert ix.propose(3, "transformers", None, make(4)) == [3]
+
+
+@pytest.mark.torch
+def test_zero_d_tensor_as_eos_and_sizes():
+    torch = pytest.importorskip("torch")
+    seq = [1, 2, 3, 4, 1, 2]
+    assert pld.find_candidate_pred_tokens(seq, 2, 3, semantics="transformers",
+                                          eos_token_id=torch.tensor(4)) == [3]
+    assert pld.find_candidate_pred_tokens(seq, torch.tensor(2), torch.tensor(3)) == [3, 4, 1]
+
+
+@pytest.mark.parametrize("value", [True, 2.0, "3", None, [2]])
+def test_non_integers_are_still_refused_for_sizes(value):
+    with pytest.raises(TypeError, match="num_pred_tokens"):
+        pld.find_candidate_pred_tokens([1, 2, 3], 2, value)
+
+
+@pytest.mark.parametrize("k", [-1, 0, 2**20 + 1, 2**63, 10**30, -(10**30)])
+def test_out_of_range_sizes(k):
+    with pytest.raises(ValueError, match="num_pred_tokens"):
+        pld.find_candidate_pred_tokens([1, 2, 3], 2, k)
+    with pytest.raises(ValueError, match="num_pred_tokens"):
+        pld.NgramIndex(2).propose(k)
+
+
+def test_huge_reserve_and_truncate():
+    ix = pld.NgramIndex(2)
+    ix.extend([1, 2, 3])
+    for n in (2**40, 2**62, 10**30):
+        with pytest.raises(ValueError):
+            ix.reserve(n)
+    for n in (-1, -(10**30)):
+        with pytest.raises(ValueError, match="n"):
+            ix.truncate(n)
+    ix.truncate(2**62)  # beyond the length: nothing to drop
+    assert ix.tokens() == [1, 2, 3]
+
+
+# ======================================================= 6. randomness
+
+@pytest.mark.parametrize("seed", [-1, 2**64, -(2**70), 2**100])
+def test_generator_seed_out_of_range(seed):
+    with pytest.raises(ValueError, match="seed"):
+        pld.Generator(seed)
+
+
+def test_generator_seed_edges_and_numpy_seeds():
+    a, b = pld.Generator(2**64 - 1), pld.Generator(0)
+    assert [a.random() for _ in range(4)] != [b.random() for _ in range(4)]
+    c, d = pld.Generator(np.uint64(12345)), pld.Generator(12345)
+    assert [c.random() for _ in range(4)] == [d.random() for _ in range(4)]
+    with pytest.raises(TypeError, match="seed"):
+        pld.Generator(1.5)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_default_generator_is_reseeded_after_fork():
+    out = assert_child_ok("""
+probs = np.full((1, 1 << 16), 1.0, dtype=np.float32)
+def draws():
+    return [pld.accept_sample([], probs)[1][0] for _ in range(8)]
+draws()
+r, w = os.pipe()
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        os.write(w, (repr(draws()) + "\\n").encode())
+        os._exit(0)
+    pids.append(pid)
+for pid in pids:
+    os.waitpid(pid, 0)
+os.close(w)
+with os.fdopen(r) as pipe:
+    got = [eval(line) for line in pipe.read().splitlines()]
+mine = draws()
+assert len(got) == 2, got
+assert got[0] != got[1], ("two forked children drew the same", got)
+assert mine not in got, ("a child drew what the parent draws", mine, got)
+""")
+    assert "OK" in out
+
+
+# ======================================================= 7. hash flooding
+
+def _unmix32(tag: int) -> int:
+    """Inverse of the key-0 unigram tag (see tests/test_index.py)."""
+    m = 2**32
+    x = tag ^ (tag >> 16)
+    x = (x * pow(0x846CA68B, -1, m)) % m
+    x ^= (x >> 15) ^ (x >> 30)
+    x = (x * pow(0x7FEB352D, -1, m)) % m
+    return x ^ (x >> 16)
+
+
+def crafted_ids(count: int, seed: int = 0) -> list:
+    """Ids >= 2^20 (outside the direct unigram array) whose unigram tags
+    under `seed` share their low 16 bits: one home slot for all of them."""
+    out, r = [], 1
+    while len(out) < count:
+        x = _unmix32((r << 16) & 0xFFFFFFFF)
+        r += 1
+        if x >= 1 << 20 and pld._core._ngram_tag([x], seed) & 0xFFFF == 0:
+            out.append(x)
+    return out
+
+
+def test_index_hash_is_keyed_per_index():
+    ids = crafted_ids(2000)
+    assert len({pld._core._ngram_tag([x], 0) & 0xFFFF for x in ids}) == 1
+    for seed in (1, 2**63 + 12345, 987654321):
+        homes = {pld._core._ngram_tag([x], seed) & 0xFFFF for x in ids}
+        assert len(homes) > 1500, (seed, len(homes))
+    # bigram tags are keyed too
+    assert pld._core._ngram_tag([5, 6], 0) != pld._core._ngram_tag([5, 6], 1)
+    # two indexes made without a seed get different keys
+    seeds = {pld.NgramIndex(2).hash_seed for _ in range(8)}
+    assert len(seeds) == 8
+    assert pld.NgramIndex(2, seed=42).hash_seed == 42
+
+
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5, "x"])
+def test_index_seed_is_checked(seed):
+    with pytest.raises((TypeError, ValueError), match="seed"):
+        pld.NgramIndex(2, seed=seed)
+
+
+@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
+def test_keyed_indexes_answer_alike(policy):
+    rng = np.random.default_rng(3)
+    seq = rng.integers(0, 12, 600).tolist() + crafted_ids(50)
+    a = pld.NgramIndex(3, 1, policy, seed=0)
+    b = pld.NgramIndex(3, 1, policy, seed=2**64 - 1)
+    for t in seq:
+        a.extend(t)
+        b.extend(t)
+        assert a.propose(4) == b.propose(4)
+
+
+# ============================================= threads sharing one index
+
+def test_threads_sharing_one_index():
+    assert_child_ok("""
+rng = np.random.default_rng(0)
+chunks = [rng.integers(0, 50, 40000).astype(np.int64) for _ in range(8)]
+shared = pld.NgramIndex(3)
+lock = threading.Lock()
+done, refused = [], []
+def worker(i):
+    for r in range(6):
+        try:
+            shared.extend(chunks[i][r * 5000:(r + 1) * 5000] if r else chunks[i])
+            with lock: done.append((i, r))
+        except RuntimeError as e:
+            assert "in use" in str(e)
+            with lock: refused.append((i, r))
+        try:
+            shared.propose(5)
+            len(shared)
+        except RuntimeError as e:
+            assert "in use" in str(e)
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+assert len(done) + len(refused) == 48
+# whatever the interleaving, the index equals one built from its tokens alone
+alone = pld.NgramIndex(3)
+alone.extend(shared.tokens())
+assert len(shared) == len(alone)
+for k in (1, 5, 10):
+    assert shared.propose(k) == alone.propose(k)
+# and eight threads with an index each answer as one thread does
+def build(i, out):
+    ix = pld.NgramIndex(3); ix.extend(chunks[i]); out[i] = ix.propose(10)
+par = {}
+ts = [threading.Thread(target=build, args=(i, par)) for i in range(8)]
+for t in ts: t.start()
+for t in ts: t.join()
+seq = {}
+for i in range(8): build(i, seq)
+assert par == seq
+""", timeout=300)
