@@ -111,8 +111,22 @@ typedef struct pld_index pld_index;
 
 /* A new empty index; NULL if 1 <= min_n <= max_n <= PLD_MAX_NGRAM does not
  * hold, the policy is unknown, or memory runs out. Free with
- * pld_index_free. */
+ * pld_index_free.
+ *
+ * The hash of every table (the tags of n-grams and of unigrams, and all
+ * that derives from them: home slots, the presence filter) is keyed by
+ * `key`. Proposals do not depend on it; only speed does. Under a key the
+ * input's author does not know, no set of ids collides in the tables more
+ * than chance would have it; under a known key, crafted ids can share one
+ * probe run and make each extend cost O(len). So take a random key for
+ * untrusted input (the Python binding does by default).
+ *
+ * pld_index_new(min_n, max_n, policy) is pld_index_new_keyed(min_n, max_n,
+ * policy, 0): a fixed key, so table layouts and timings are reproducible.
+ * NOT for untrusted input. */
 pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy);
+pld_index *pld_index_new_keyed(size_t min_n, size_t max_n, pld_policy policy,
+                               uint64_t key);
 void pld_index_free(pld_index *index); /* NULL is fine */
 
 /* Append count tokens (copied). On error the index is left as it was before
@@ -162,10 +176,14 @@ size_t pld_index_nbytes(const pld_index *index);         /* heap bytes owned */
 size_t pld_index_min_n(const pld_index *index);
 size_t pld_index_max_n(const pld_index *index);
 pld_policy pld_index_policy(const pld_index *index);
+uint64_t pld_index_key(const pld_index *index); /* as given to pld_index_new_keyed */
 
-/* The 32-bit tag the index files an n-gram under (1 <= n <= PLD_MAX_NGRAM
- * + 1), for tests that build colliding keys. Not part of the stable API. */
-uint32_t pld_index_ngram_tag(const int64_t *key, size_t n);
+/* The 32-bit tag that an index with hash key `hash_key` files the n-gram
+ * key_tokens[0..n) under (1 <= n <= PLD_MAX_NGRAM + 1), for tests that
+ * build colliding keys. For a fixed hash_key the tag of an id in [0, 2^32)
+ * is a bijection of the id. Not part of the stable API. */
+uint32_t pld_index_ngram_tag(const int64_t *key_tokens, size_t n,
+                             uint64_t hash_key);
 
 /* ------------------------------------------------------------------------
  * Acceptance of a draft

@@ -40,6 +40,9 @@
 #ifdef __linux__
 #include <sys/mman.h>
 #endif
+#ifdef _MSC_VER
+#include <intrin.h> /* _umul128, __umulh */
+#endif
 
 #include "pld_rules.h"
 
@@ -76,6 +79,11 @@ typedef struct {
                     * [0, PLD_PRED_NONE), else PLD_PRED_NONE (read the sequence) */
 } pld_uni;
 
+typedef struct {
+    uint64_t seed;   /* the n-gram state before the first token */
+    uint32_t uni[2]; /* the key words of the unigram mix */
+} pld_hash_key; /* derived from the key: see "hashing" */
+
 #define PLD_UNI_DIRECT ((int64_t)1 << 20)
 #define PLD_PRED_NONE UINT32_MAX
 
@@ -85,6 +93,8 @@ struct pld_index {
     size_t min_n, max_n;  /* n-gram sizes that drafts are looked up with */
     size_t hi;            /* largest table size: max_n (+1 for FREQUENT) */
     pld_policy policy;
+    uint64_t key;         /* the hash key (pld_index_new_keyed) */
+    pld_hash_key hk;      /* derived from it: every tag uses these */
     pld_table tables[PLD_MAX_NGRAM + 2];  /* tables[n] for n in [min_n, hi] */
     uint32_t *prev1[PLD_MAX_NGRAM + 1];   /* RECENT: cap entries per n */
     uint32_t suffix1[PLD_MAX_NGRAM + 2];  /* slot position of the suffix n-gram */
@@ -110,15 +120,72 @@ struct pld_index {
  * push_token gets the tags of every size that ends at the new token in one
  * pass. A unigram in [0, 2^32) -- a token id of any real vocabulary -- gets
  * a bijective 32-bit mix instead: among such unigrams equal tags mean equal
- * tokens, so a unigram probe need not read the sequence (see tag_is_key). */
+ * tokens, so a unigram probe need not read the sequence (see tag_is_key).
+ *
+ * Every tag is keyed by the index's 64-bit key (pld_index_new_keyed), so
+ * ids crafted to share their homes under one key -- flooding one probe run
+ * and making extend quadratic -- spread under another:
+ *   - n-grams: the state starts from a key-derived value, and each step is
+ *     a folded multiply (the xor of both halves of the 128-bit product of
+ *     state ^ token and a constant). A plain 64-bit multiply would not do:
+ *     it passes a difference in the top bit unchanged whatever the state,
+ *     so n-grams whose tokens differ in a few fixed bits would reach equal
+ *     states under every key; the high half's carries depend on the state;
+ *   - unigrams in [0, 2^32): two key words are xored in, one before and
+ *     one between the two rounds of the 32-bit mix (still a bijection).
+ * Key 0 gives PLD_HASH_SEED and the plain 32-bit mix (key words 0). */
 
 #define PLD_HASH_SEED 0x9E3779B97F4A7C15ull
+#define PLD_HASH_MUL 0xff51afd7ed558ccdull
+
+/* A bijection of the 64-bit integers with 0 -> 0 (murmur3's fmix64), so
+ * key 0 derives all-zero words. */
+static uint64_t fmix64(uint64_t x)
+{
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    x ^= x >> 33;
+    return x;
+}
+
+static pld_hash_key hash_key_make(uint64_t key)
+{
+    pld_hash_key hk;
+    const uint64_t a = fmix64(key), b = fmix64(a);
+    hk.seed = PLD_HASH_SEED ^ a;
+    hk.uni[0] = (uint32_t)b;
+    hk.uni[1] = (uint32_t)(b >> 32);
+    return hk;
+}
+
+/* The low and high 64 bits of a * b, xored. */
+static inline uint64_t folded_mul(uint64_t a, uint64_t b)
+{
+#if defined(__SIZEOF_INT128__) && !defined(PLD_PORTABLE_MUL)
+    __extension__ typedef unsigned __int128 pld_u128;
+    const pld_u128 p = (pld_u128)a * b;
+    return (uint64_t)p ^ (uint64_t)(p >> 64);
+#elif defined(_MSC_VER) && defined(_M_X64) && !defined(PLD_PORTABLE_MUL)
+    uint64_t hi;
+    const uint64_t lo = _umul128(a, b, &hi);
+    return lo ^ hi;
+#elif defined(_MSC_VER) && defined(_M_ARM64) && !defined(PLD_PORTABLE_MUL)
+    return (a * b) ^ __umulh(a, b);
+#else
+    const uint64_t a0 = a & 0xffffffffu, a1 = a >> 32;
+    const uint64_t b0 = b & 0xffffffffu, b1 = b >> 32;
+    const uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    const uint64_t mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+    const uint64_t hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+    return (a * b) ^ hi;
+#endif
+}
 
 static inline uint64_t hash_step(uint64_t h, int64_t token)
 {
-    h ^= (uint64_t)token;
-    h *= 0xff51afd7ed558ccdull;
-    return h ^ (h >> 32);
+    return folded_mul(h ^ (uint64_t)token, PLD_HASH_MUL);
 }
 
 static inline uint32_t hash_final(uint64_t h)
@@ -133,23 +200,26 @@ static inline int unigram_in_range(int64_t token)
     return token >= 0 && token <= (int64_t)UINT32_MAX;
 }
 
-/* A bijection of the 32-bit integers whose low bits spread well. */
-static inline uint32_t unigram_tag(uint32_t x)
+/* A bijection of the 32-bit integers whose low bits spread well, for any
+ * key words. */
+static inline uint32_t unigram_tag(const pld_hash_key *hk, uint32_t x)
 {
+    x ^= hk->uni[0];
     x ^= x >> 16;
     x *= 0x7feb352du;
     x ^= x >> 15;
+    x ^= hk->uni[1];
     x *= 0x846ca68bu;
     x ^= x >> 16;
     return x;
 }
 
-static inline uint32_t hash_tag(const int64_t *key, size_t n)
+static inline uint32_t hash_tag(const pld_hash_key *hk, const int64_t *key, size_t n)
 {
-    uint64_t h = PLD_HASH_SEED;
+    uint64_t h = hk->seed;
     size_t i = n;
     if (n == 1 && unigram_in_range(key[0]))
-        return unigram_tag((uint32_t)key[0]);
+        return unigram_tag(hk, (uint32_t)key[0]);
     while (i-- > 0)
         h = hash_step(h, key[i]);
     return hash_final(h);
@@ -582,6 +652,12 @@ static void uni_adopt(pld_index *ix)
 
 pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
 {
+    return pld_index_new_keyed(min_n, max_n, policy, 0);
+}
+
+pld_index *pld_index_new_keyed(size_t min_n, size_t max_n, pld_policy policy,
+                               uint64_t key)
+{
     pld_index *ix;
     size_t n;
     if (min_n < 1 || min_n > max_n || max_n > PLD_MAX_NGRAM)
@@ -596,6 +672,8 @@ pld_index *pld_index_new(size_t min_n, size_t max_n, pld_policy policy)
     ix->max_n = max_n;
     ix->hi = policy == PLD_POLICY_FREQUENT ? max_n + 1 : max_n;
     ix->policy = policy;
+    ix->key = key;
+    ix->hk = hash_key_make(key);
     if (policy == PLD_POLICY_FIRST)
         for (n = min_n > 2 ? min_n : 2; n <= max_n; n++)
             ix->tables[n].filtered = 1;
@@ -701,7 +779,7 @@ static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, con
                                                uint32_t *tags)
 {
     const size_t len1 = ix->len + 1;
-    uint64_t h = PLD_HASH_SEED;
+    uint64_t h = ix->hk.seed;
     size_t n;
     for (n = lo; n <= top; n++) {
         pld_status st = table_reserve_one(&ix->tables[n], with_freq);
@@ -715,7 +793,7 @@ static PLD_ALWAYS_INLINE pld_status push_begin(pld_index *ix, int64_t token, con
         h = hash_step(h, ix->tokens[len1 - n]);
         if (n >= lo) {
             const pld_table *t = &ix->tables[n];
-            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag((uint32_t)token)
+            tags[n] = n == 1 && unigram_in_range(token) ? unigram_tag(&ix->hk, (uint32_t)token)
                                                          : hash_final(h);
             if (t->seen != NULL)
                 PLD_PREFETCH(&t->seen[seen_word(t, tags[n])]);
@@ -875,7 +953,7 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
                 /* This n-gram is the (n-1)-gram at `start` plus a follower. */
                 pld_table *p = &ix->tables[n - 1];
                 int pf;
-                size_t ps = index_probe(ix, n - 1, key, hash_tag(key, n - 1), &pf);
+                size_t ps = index_probe(ix, n - 1, key, hash_tag(&ix->hk, key, n - 1), &pf);
                 if (count > p->freq[ps].best_count) {
                     p->freq[ps].best_count = count;
                     p->freq[ps].best_pos1 = (uint32_t)(start + 1);
@@ -952,7 +1030,7 @@ static void refresh_suffix(pld_index *ix)
                 continue;
             }
         }
-        s = index_probe(ix, n, key, hash_tag(key, n), &found);
+        s = index_probe(ix, n, key, hash_tag(&ix->hk, key, n), &found);
         ix->suffix1[n] = found ? t->slots[s].pos1 : 0;
     }
 }
@@ -992,7 +1070,7 @@ pld_status pld_index_truncate(pld_index *ix, size_t new_len)
                     u->pos1 = 0;
                 continue;
             }
-            s = index_probe(ix, n, key, hash_tag(key, n), &found);
+            s = index_probe(ix, n, key, hash_tag(&ix->hk, key, n), &found);
             if (!found || t->slots[s].pos1 != start + 1)
                 continue; /* FIRST: an earlier occurrence stays */
             if (ix->policy == PLD_POLICY_RECENT && ix->prev1[n][start] != 0) {
@@ -1077,7 +1155,7 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
             size_t s;
             if (t->slots == NULL)
                 continue; /* no n-gram of this size seen yet */
-            s = index_probe(ix, n, key, hash_tag(key, n), &found);
+            s = index_probe(ix, n, key, hash_tag(&ix->hk, key, n), &found);
             if (found && t->freq[s].best_count > 0) {
                 next = ix->tokens[t->freq[s].best_pos1 - 1 + n];
                 have = 1;
@@ -1145,7 +1223,10 @@ size_t pld_index_nbytes(const pld_index *ix)
     return total;
 }
 
-uint32_t pld_index_ngram_tag(const int64_t *key, size_t n)
+uint64_t pld_index_key(const pld_index *ix) { return ix->key; }
+
+uint32_t pld_index_ngram_tag(const int64_t *key_tokens, size_t n, uint64_t hash_key)
 {
-    return hash_tag(key, n);
+    const pld_hash_key hk = hash_key_make(hash_key);
+    return hash_tag(&hk, key_tokens, n);
 }

@@ -1551,7 +1551,7 @@ static PyObject *py_ngram_tag(PyObject *self, PyObject *tokens)
         key[i] = ti.is32 ? ((const int32_t *)ti.data)[i] : ((const int64_t *)ti.data)[i];
     i = ti.len;
     token_input_release(&ti);
-    return PyLong_FromUnsignedLong(pld_index_ngram_tag(key, i));
+    return PyLong_FromUnsignedLong(pld_index_ngram_tag(key, i, 0));
 }
 
 static PyMethodDef module_methods[] = {

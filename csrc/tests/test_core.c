@@ -728,9 +728,9 @@ static void test_index_tag_collision(void)
     size_t w, order, pol, len, k;
     for (w = 0; w < 3; w++) {
         const int64_t wide = wides[w];
-        const uint32_t tag = pld_index_ngram_tag(&wide, 1);
+        const uint32_t tag = pld_index_ngram_tag(&wide, 1, 0);
         const int64_t twin = (int64_t)unmix32(tag);
-        CHECKF(pld_index_ngram_tag(&twin, 1) == tag, "no tag twin for %lld",
+        CHECKF(pld_index_ngram_tag(&twin, 1, 0) == tag, "no tag twin for %lld",
                (long long)wide);
         for (order = 0; order < 2; order++) {
             const int64_t a = order ? wide : twin, b = order ? twin : wide;
