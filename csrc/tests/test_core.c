@@ -322,6 +322,18 @@ static void test_index_new_errors(void)
     pld_index_free(ix);
     ix = pld_index_new(PLD_MAX_NGRAM, PLD_MAX_NGRAM, PLD_POLICY_RECENT);
     CHECK(ix != NULL);
+    CHECK(ix == NULL || pld_index_key(ix) == 0); /* pld_index_new: key 0 */
+    pld_index_free(ix);
+    CHECK(pld_index_new_keyed(0, 1, PLD_POLICY_FIRST, 5) == NULL);
+    CHECK(pld_index_new_keyed(3, 2, PLD_POLICY_RECENT, 5) == NULL);
+    CHECK(pld_index_new_keyed(1, PLD_MAX_NGRAM + 1, PLD_POLICY_FREQUENT, 5) == NULL);
+    CHECK(pld_index_new_keyed(1, 2, (pld_policy)3, 5) == NULL);
+    ix = pld_index_new_keyed(2, 4, PLD_POLICY_FIRST, 0xFEDCBA9876543210ull);
+    CHECK(ix != NULL);
+    if (ix) {
+        CHECK(pld_index_key(ix) == 0xFEDCBA9876543210ull);
+        CHECK(pld_index_min_n(ix) == 2 && pld_index_max_n(ix) == 4);
+    }
     pld_index_free(ix);
 }
 
@@ -640,7 +652,7 @@ static void test_index_first_files_lazily(void)
  * (>= 2^20, negative, beyond 32 bits), and many truncations (which file
  * the ring and recompute filter words) are followed by fresh tokens. After
  * every operation the index must propose what the one-shot lookup finds. */
-static void test_index_first_large_vocab(void)
+static void test_index_first_large_vocab(uint64_t key)
 {
     enum { CAP = 5000, OPS = 700 };
     static const int64_t odd[5] = {((int64_t)1 << 20) + 3, ((int64_t)1 << 20),
@@ -652,7 +664,7 @@ static void test_index_first_large_vocab(void)
     for (sizes = 0; sizes < 3; sizes++) {
         const size_t min_n = sizes == 2 ? 2 : 1, max_n = sizes == 0 ? 3 : 4;
         const size_t vocab = sizes == 1 ? 60 : 400;
-        pld_index *ix = pld_index_new(min_n, max_n, PLD_POLICY_FIRST);
+        pld_index *ix = pld_index_new_keyed(min_n, max_n, PLD_POLICY_FIRST, key);
         if (ix == NULL)
             abort();
         len = 0;
@@ -702,7 +714,8 @@ static void test_index_first_large_vocab(void)
         }
         pld_index_free(ix);
     }
-    CHECKF(bad == 0, "%zu proposals differ from the one-shot lookup", bad);
+    CHECKF(bad == 0, "key %llx: %zu proposals differ from the one-shot lookup",
+           (unsigned long long)key, bad);
     free(shadow);
 }
 
@@ -747,6 +760,186 @@ static void test_index_tag_collision(void)
             }
         }
     }
+}
+
+/* Indexes under different hash keys over the same random operations: the
+ * key changes where entries sit, never an answer, so every index agrees
+ * with the references (and so with each other). Ids mix a small
+ * vocabulary with ids outside the array of unigrams by id, outside
+ * [0, 2^32) and at the int64 extremes. */
+static void test_index_keys_random(void)
+{
+    enum { NKEYS = 5, CAP = 150 };
+    static const int64_t odd[6] = {((int64_t)1 << 20) + 7, ((int64_t)1 << 32),
+                                   ((int64_t)1 << 32) - 1, -1, INT64_MIN, INT64_MAX};
+    uint64_t keys[NKEYS];
+    int iter;
+    keys[0] = 0;
+    keys[1] = 1;
+    keys[2] = t_next();
+    keys[3] = t_next();
+    keys[4] = ~(uint64_t)0;
+    for (iter = 0; iter < 150; iter++) {
+        const size_t min_n = 1 + t_below(3), max_n = min_n + t_below(4);
+        const size_t vocab = 1 + t_below(iter % 3 == 0 ? 3 : 40);
+        size_t len = 0, step, p, q;
+        int64_t shadow[CAP], eos[4];
+        pld_index *ix[3][NKEYS];
+        for (p = 0; p < 3; p++)
+            for (q = 0; q < NKEYS; q++) {
+                ix[p][q] = pld_index_new_keyed(min_n, max_n, (pld_policy)p, keys[q]);
+                if (ix[p][q] == NULL)
+                    abort();
+                CHECK(pld_index_key(ix[p][q]) == keys[q]);
+            }
+        for (step = 0; step < 30; step++) {
+            const size_t op = t_below(10);
+            size_t i;
+            if (op < 7 && len < CAP) {
+                size_t c = 1 + t_below(op == 0 ? 20 : 3);
+                if (len + c > CAP)
+                    c = CAP - len;
+                for (i = 0; i < c; i++)
+                    shadow[len + i] = t_below(8) == 0 ? odd[t_below(6)]
+                                                      : (int64_t)t_below(vocab);
+                for (p = 0; p < 3; p++)
+                    for (q = 0; q < NKEYS; q++)
+                        CHECK(pld_index_extend(ix[p][q], shadow + len, c) == PLD_OK);
+                len += c;
+            } else if (op == 7) {
+                const size_t extra = t_below(100);
+                for (p = 0; p < 3; p++)
+                    for (q = 0; q < NKEYS; q++)
+                        CHECK(pld_index_reserve(ix[p][q], extra) == PLD_OK);
+            } else {
+                const size_t nl = len ? t_below(len + 2) : 0;
+                for (p = 0; p < 3; p++)
+                    for (q = 0; q < NKEYS; q++)
+                        CHECK(pld_index_truncate(ix[p][q], nl) == PLD_OK);
+                if (nl < len)
+                    len = nl;
+            }
+            {
+                pld_lookup_opts o;
+                const size_t k = 1 + t_below(8);
+                int ok = 1;
+                random_opts(&o, eos, len, vocab);
+                for (p = 0; p < 3 && ok; p++)
+                    for (q = 0; q < NKEYS && ok; q++)
+                        ok = check_index(ix[p][q], shadow, len, min_n, max_n, k, &o);
+                if (!ok) {
+                    fprintf(stderr, "  (iter %d step %zu key %llx)\n", iter, step,
+                            (unsigned long long)keys[q - 1]);
+                    break;
+                }
+            }
+        }
+        for (p = 0; p < 3; p++)
+            for (q = 0; q < NKEYS; q++)
+                pld_index_free(ix[p][q]);
+    }
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The keyed tags themselves:
+ *   - known answers (the portable 128-bit multiply must give the same tags
+ *     as the compiler's; key 0 keeps the unkeyed unigram mix, which
+ *     unmix32 inverts);
+ *   - the unigram tag stays a bijection under a nonzero key (tag_is_key);
+ *   - ids crafted to share the low 16 bits of their key-0 tags spread over
+ *     the homes under random keys;
+ *   - n-grams whose tokens differ in the top bits only, which a plain
+ *     64-bit multiply step would collide under every key, do not. */
+static void test_index_key_tags(void)
+{
+    enum { NS = 1 << 16, NC = 4096 };
+    const int64_t g3[3] = {17, -2, (int64_t)1 << 40};
+    uint32_t *tags = malloc(NS * sizeof *tags);
+    uint16_t *hits = malloc(65536 * sizeof *hits);
+    int64_t *crafted = malloc(NC * sizeof *crafted);
+    size_t i, r, dup, distinct, worst;
+    uint32_t hi;
+    if (tags == NULL || hits == NULL || crafted == NULL)
+        abort();
+    {   /* known answers */
+        const int64_t u = 123456789, w = -7;
+        CHECK(pld_index_ngram_tag(&u, 1, 0) == 0xa8f1db88u);
+        CHECK(pld_index_ngram_tag(&u, 1, 0x0123456789abcdefull) == 0x5239fa41u);
+        CHECK(pld_index_ngram_tag(&w, 1, 0) == 0x87fc224au);
+        CHECK(pld_index_ngram_tag(g3, 3, 0) == 0xcd9975d5u);
+        CHECK(pld_index_ngram_tag(g3, 3, 0x0123456789abcdefull) == 0x44bf3aaau);
+        CHECK(unmix32(pld_index_ngram_tag(&u, 1, 0)) == 123456789u);
+        CHECK(pld_index_ngram_tag(g3, 3, 1) != pld_index_ngram_tag(g3, 3, 0));
+    }
+    for (r = 0; r < 4; r++) { /* bijection on a sample: distinct ids, distinct tags */
+        const uint64_t key = r == 0 ? 1 : t_next();
+        const uint32_t base = (uint32_t)t_next();
+        for (i = 0; i < NS; i++) {
+            /* a run of consecutive ids, then ids differing in high bits */
+            const uint32_t id = i < NS / 2 ? base + (uint32_t)i
+                                           : base ^ ((uint32_t)i << 15);
+            const int64_t t = (int64_t)id;
+            tags[i] = pld_index_ngram_tag(&t, 1, key);
+        }
+        qsort(tags, NS, sizeof *tags, cmp_u32);
+        for (i = 1, dup = 0; i < NS; i++)
+            dup += tags[i] == tags[i - 1];
+        CHECKF(dup == 0, "key %llx: %zu repeated unigram tags", (unsigned long long)key, dup);
+    }
+    /* ids >= 2^20 whose key-0 tags share the low 16 bits */
+    for (hi = 0, i = 0; i < NC; hi++) {
+        const uint32_t id = unmix32((hi << 16) | 0x5a5au);
+        if (id >= (1u << 20))
+            crafted[i++] = (int64_t)id;
+    }
+    for (r = 0; r < 5; r++) {
+        const uint64_t key = r == 0 ? 0 : t_next();
+        memset(hits, 0, 65536 * sizeof *hits);
+        for (i = 0, distinct = 0, worst = 0; i < NC; i++) {
+            const uint16_t home = (uint16_t)pld_index_ngram_tag(crafted + i, 1, key);
+            distinct += hits[home]++ == 0;
+            if (hits[home] > worst)
+                worst = hits[home];
+        }
+        if (r == 0) {
+            CHECK(distinct == 1); /* the attack works under the fixed key */
+        } else {
+            /* as random: about 65536 * (1 - exp(-1/16)) = 3973 homes */
+            CHECKF(distinct > 3800 && worst <= 8,
+                   "key %llx: crafted ids use %zu homes, up to %zu each",
+                   (unsigned long long)key, distinct, worst);
+        }
+    }
+    /* 3-grams (a, b, c) ^ masks from {0, T} per token where a plain
+     * multiply-xorshift step would carry a difference of 2^63 | 2^31
+     * unchanged: with T = 2^63 and D = 2^63 | 2^31, the family
+     * c^x, b^(x ? D : 0)^y, a^(y ? D : 0) over x, y in {0, T}. */
+    for (r = 0; r < 16; r++) {
+        const uint64_t key = t_next(), T = (uint64_t)1 << 63, D = T | ((uint64_t)1 << 31);
+        uint32_t fam[4];
+        size_t x, y, collide = 0;
+        for (x = 0; x < 2; x++)
+            for (y = 0; y < 2; y++) {
+                int64_t g[3];
+                g[2] = (int64_t)((uint64_t)g3[2] ^ (x ? T : 0));
+                g[1] = (int64_t)((uint64_t)g3[1] ^ (x ? D : 0) ^ (y ? T : 0));
+                g[0] = (int64_t)((uint64_t)g3[0] ^ (y ? D : 0));
+                fam[2 * x + y] = pld_index_ngram_tag(g, 3, key);
+            }
+        for (x = 0; x < 4; x++)
+            for (y = x + 1; y < 4; y++)
+                collide += fam[x] == fam[y];
+        CHECKF(collide == 0, "key %llx: %zu colliding 3-gram pairs",
+               (unsigned long long)key, collide);
+    }
+    free(tags);
+    free(hits);
+    free(crafted);
 }
 
 static void test_accept_ids(void)
@@ -1091,8 +1284,11 @@ int main(void)
     test_index_long();
     test_index_reserve();
     test_index_first_files_lazily();
-    test_index_first_large_vocab();
+    test_index_first_large_vocab(0);
+    test_index_first_large_vocab(t_next());
     test_index_tag_collision();
+    test_index_keys_random();
+    test_index_key_tags();
     test_accept_ids();
     test_accept_logits_hand();
     test_accept_logits_random();
