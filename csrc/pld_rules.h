@@ -45,7 +45,8 @@ static inline int pld_rule_valid(size_t i, size_t n, size_t len, size_t k,
 {
     if (opts->semantics == PLD_TRANSFORMERS)
         return i + n < limit;
-    return i + n + k <= len && i + 2 * n < len;
+    /* i + n + k <= len, written so that a k near SIZE_MAX cannot wrap */
+    return i + n <= len && k <= len - (i + n) && i + 2 * n < len;
 }
 
 /* The draft slice of a valid match at i (eos not yet applied). */

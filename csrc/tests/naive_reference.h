@@ -91,7 +91,7 @@ static inline size_t ref_find(const int64_t *t, size_t len, size_t min_n,
                 int valid;
                 if (!ref_suffix_at(t, len, i, n))
                     continue;
-                valid = i + n + k <= len && i + n < len - n;
+                valid = k <= len - (i + n) && i + n < len - n; /* i + n + k <= len */
                 if (valid)
                     best = i;
                 if (!latest)
@@ -114,7 +114,7 @@ static inline size_t ref_find(const int64_t *t, size_t len, size_t min_n,
         for (n = top; n >= min_n && n >= 1; n--) {
             size_t i, best = (size_t)-1, bend = 0;
             for (i = 0; i + n <= len; i++) {
-                size_t s = i + n, e = s + k;
+                size_t s = i + n, e = k < len - s ? s + k : len; /* min(s + k, len) */
                 if (!ref_suffix_at(t, len, i, n))
                     continue;
                 if (e > len)

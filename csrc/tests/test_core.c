@@ -300,6 +300,42 @@ static void test_lookup_random(void)
     }
 }
 
+/* k near SIZE_MAX is within the contract: under PLD_SEED no occurrence has
+ * room for it (i + n + k must not wrap), under PLD_TRANSFORMERS the draft
+ * runs to the end. FIRST and RECENT indexes agree; their drafts are at most
+ * len tokens, so a buffer of len tokens holds them. */
+static void test_lookup_huge_k(void)
+{
+    int iter;
+    for (iter = 0; iter < 2000; iter++) {
+        const size_t ks[4] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX / 2 + 1, SIZE_MAX - 3};
+        const size_t len = 1 + t_below(30), min_n = 1 + t_below(2);
+        const size_t max_n = min_n + t_below(3), k = ks[t_below(4)];
+        int64_t t[32], eos[4], out[32];
+        size_t i, s = 99, c = 99, rs, rc, p;
+        pld_lookup_opts o;
+        for (i = 0; i < len; i++)
+            t[i] = (int64_t)t_below(3);
+        random_opts(&o, eos, len, 3);
+        rc = ref_find(t, len, min_n, max_n, k, &o, 0, &rs);
+        CHECK(pld_find_candidate_i64(t, len, min_n, max_n, k, &o, &s, &c) == PLD_OK);
+        CHECKF(c == rc && (c == 0 || s == rs) && c <= len,
+               "k=%zu got (%zu,%zu) want (%zu,%zu)", k, s, c, rs, rc);
+        for (p = 0; p < 2; p++) {
+            pld_index *ix = pld_index_new_keyed(min_n, max_n, (pld_policy)p, t_next());
+            size_t n;
+            if (ix == NULL)
+                abort();
+            CHECK(pld_index_extend(ix, t, len) == PLD_OK);
+            rc = ref_find(t, len, min_n, max_n, k, &o, (int)p, &rs);
+            n = pld_index_propose(ix, k, &o, out);
+            CHECKF(n == rc && (n == 0 || memcmp(out, t + rs, n * sizeof *out) == 0),
+                   "policy %zu k=%zu: %zu tokens, want %zu", p, k, n, rc);
+            pld_index_free(ix);
+        }
+    }
+}
+
 /* ----------------------------------------------------------- index tests */
 
 static void test_index_new_errors(void)
@@ -1278,6 +1314,7 @@ int main(void)
     test_lookup_hand();
     test_lookup_errors();
     test_lookup_random();
+    test_lookup_huge_k();
     test_index_new_errors();
     test_index_hand();
     test_index_random();
