@@ -4,18 +4,45 @@
  * The only file that talks to Python. It turns Python objects into
  * (pointer, length) views without copying where it can -- the buffer
  * protocol (NumPy, array.array, memoryview), DLPack (torch and friends,
- * without linking them), or a copy for lists and strided inputs -- calls the
- * core, and turns the answer back into Python objects.
+ * without linking them), or a copy for lists and strided or misaligned
+ * inputs -- calls the core, and turns the answer back into Python objects.
  *
- * Sections: views of arrays | token inputs | float inputs | small parsers |
- * find_candidate | NgramIndex | acceptance | Generator | module.
+ * Rules every entry point keeps (caller memory is never read while Python
+ * code can run, and no error is swallowed):
+ *   - Arguments whose conversion can run Python code (__index__, __float__,
+ *     iteration, __getattr__, __dlpack__) are converted first, into values
+ *     or memory the binding owns. At most one argument is then read in
+ *     place, as the last step, and nothing calls back into Python until the
+ *     core is done with it.
+ *   - Sequences are read from a snapshot (a tuple holding references to the
+ *     items), so an item's __index__ that shrinks the list frees nothing the
+ *     conversion still reads.
+ *   - Every field of a DLPack tensor is checked before it is used (ndim,
+ *     shape, strides, dtype, data, byte offset, device, version).
+ *   - Memory is read in place only when it is aligned for its element type;
+ *     otherwise it is copied with memcpy-based loads.
+ *   - A failed conversion replaces only TypeError, ValueError, OverflowError
+ *     and BufferError (with the original as __cause__); KeyboardInterrupt,
+ *     MemoryError and the rest pass through unchanged.
+ *   - The GIL is released over long loops only on memory nobody else can
+ *     free meanwhile: the binding's own copies and buffer exports (an
+ *     exporter keeps the memory until the view is released). A DLPack view
+ *     is read with the GIL held: another thread could resize the tensor.
+ *
+ * Sections: errors | views of arrays | token inputs | float inputs | small
+ * parsers | find_candidate | NgramIndex | Generator | acceptance | module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __linux__
+#include <sys/random.h>
+#include <unistd.h>
+#endif
 
 #include "dlpack_abi.h"
 #include "pld.h"
@@ -25,16 +52,98 @@
 /* num_pred_tokens beyond this is certainly a mistake. */
 #define PLD_MAX_DRAFT ((Py_ssize_t)1 << 20)
 
+/* Run `stmt` with the GIL released when `cond` holds. Use it only over
+ * memory that no other thread can free meanwhile (see the rules above). */
+#define PLD_MAYBE_WITHOUT_GIL(cond, stmt) \
+    do {                                  \
+        if (cond) {                       \
+            Py_BEGIN_ALLOW_THREADS        \
+            stmt;                         \
+            Py_END_ALLOW_THREADS          \
+        } else {                          \
+            stmt;                         \
+        }                                 \
+    } while (0)
+
+/* ================================================================== errors */
+
+/* Is the pending exception one a conversion may replace with its own
+ * message (the object was the wrong kind of thing)? */
+static int error_is_replaceable(int also_runtime)
+{
+    return PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_ValueError) ||
+           PyErr_ExceptionMatches(PyExc_OverflowError) ||
+           PyErr_ExceptionMatches(PyExc_BufferError) ||
+           (also_runtime && (PyErr_ExceptionMatches(PyExc_RuntimeError) ||
+                             PyErr_ExceptionMatches(PyExc_NotImplementedError)));
+}
+
+/* Replace the pending exception with `type` (NULL: ValueError for a
+ * ValueError or OverflowError, else TypeError) and the message, the original
+ * as __cause__. Returns -1. */
+static int raise_from_pending(PyObject *type, const char *fmt, ...)
+{
+    PyObject *et, *ev, *etb, *nt, *nv, *ntb;
+    va_list va;
+    if (type == NULL)
+        type = PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_OverflowError)
+                   ? PyExc_ValueError
+                   : PyExc_TypeError;
+    PyErr_Fetch(&et, &ev, &etb);
+    PyErr_NormalizeException(&et, &ev, &etb);
+    if (etb != NULL)
+        PyException_SetTraceback(ev, etb);
+    va_start(va, fmt);
+    PyErr_FormatV(type, fmt, va);
+    va_end(va);
+    PyErr_Fetch(&nt, &nv, &ntb);
+    PyErr_NormalizeException(&nt, &nv, &ntb);
+    if (nv != NULL && ev != NULL)
+        PyException_SetCause(nv, ev); /* steals ev */
+    else
+        Py_XDECREF(ev);
+    PyErr_Restore(nt, nv, ntb);
+    Py_XDECREF(et);
+    Py_XDECREF(etb);
+    return -1;
+}
+
 /* ========================================================= views of arrays */
+
+/* One table of element types: (kind, itemsize) -> name. kind: 'i' signed,
+ * 'u' unsigned, 'f' float, 'b' bfloat16, '?' bool. */
+static const struct {
+    char kind;
+    int itemsize;
+    const char *name;
+} dtype_names[] = {
+    {'i', 1, "int8"},    {'i', 2, "int16"},   {'i', 4, "int32"},   {'i', 8, "int64"},
+    {'u', 1, "uint8"},   {'u', 2, "uint16"},  {'u', 4, "uint32"},  {'u', 8, "uint64"},
+    {'f', 2, "float16"}, {'f', 4, "float32"}, {'f', 8, "float64"}, {'b', 2, "bfloat16"},
+    {'?', 1, "bool"},
+};
+
+static const char *dtype_name(char kind, int itemsize)
+{
+    size_t i;
+    for (i = 0; i < sizeof(dtype_names) / sizeof(dtype_names[0]); i++)
+        if (dtype_names[i].kind == kind && dtype_names[i].itemsize == itemsize)
+            return dtype_names[i].name;
+    return NULL;
+}
+
+#define PLD_MAX_DIMS 3
 
 typedef struct {
     char *data;
     int ndim;
-    Py_ssize_t shape[3];
-    Py_ssize_t strides[3]; /* bytes */
-    char kind;             /* 'i' signed, 'u' unsigned, 'f' float, 'b' bfloat16, 'x' other */
+    Py_ssize_t shape[PLD_MAX_DIMS];
+    Py_ssize_t strides[PLD_MAX_DIMS]; /* bytes */
+    char kind;             /* as in dtype_names; 'x': a type nothing here reads */
     int itemsize;
     const char *type_name; /* for messages */
+    char type_buf[48];     /* type_name of an unusual DLPack type */
+    int gil_free_ok;       /* a buffer export: may be read without the GIL */
     Py_buffer view;
     int has_view;
     PyObject *capsule;
@@ -50,7 +159,14 @@ static void array_view_release(array_view *av)
     Py_CLEAR(av->capsule);
 }
 
-static const char *buffer_kind(const char *fmt, int itemsize, char *kind)
+/* Is p aligned for elements of `size` bytes (a power of two up to 8)? */
+static inline int is_aligned(const void *p, int size)
+{
+    return ((uintptr_t)p & (uintptr_t)(size - 1)) == 0;
+}
+
+/* The kind of a buffer's struct-module format; 0 if none is supported. */
+static char buffer_kind(const char *fmt)
 {
     char c;
     if (fmt == NULL)
@@ -58,27 +174,19 @@ static const char *buffer_kind(const char *fmt, int itemsize, char *kind)
     if (*fmt == '@' || *fmt == '=' || *fmt == '<')
         fmt++;
     else if (*fmt == '>' || *fmt == '!')
-        return NULL; /* big-endian data */
+        return 0; /* big-endian data */
     if (fmt[0] == '\0' || fmt[1] != '\0')
-        return NULL;
+        return 0;
     c = fmt[0];
-    if (strchr("bhilqn", c)) {
-        *kind = 'i';
-        return itemsize == 1 ? "int8" : itemsize == 2 ? "int16" : itemsize == 4 ? "int32" : "int64";
-    }
-    if (strchr("BHILQN", c)) {
-        *kind = 'u';
-        return itemsize == 1 ? "uint8" : itemsize == 2 ? "uint16" : itemsize == 4 ? "uint32" : "uint64";
-    }
-    if (c == 'e' || c == 'f' || c == 'd') {
-        *kind = 'f';
-        return itemsize == 2 ? "float16" : itemsize == 4 ? "float32" : "float64";
-    }
-    if (c == '?') {
-        *kind = 'x';
-        return "bool";
-    }
-    return NULL;
+    if (strchr("bhilqn", c))
+        return 'i';
+    if (strchr("BHILQN", c))
+        return 'u';
+    if (c == 'e' || c == 'f' || c == 'd')
+        return 'f';
+    if (c == '?')
+        return '?';
+    return 0;
 }
 
 /* writable: ask for a buffer the caller may write to (a read-only one is
@@ -87,35 +195,45 @@ static int view_from_buffer(PyObject *obj, const char *arg, array_view *av, int 
 {
     int i;
     if (PyObject_GetBuffer(obj, &av->view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
-        int read_only = 0;
-        PyErr_Clear();
-        if (writable && PyObject_GetBuffer(obj, &av->view, PyBUF_RECORDS_RO) == 0) {
-            PyBuffer_Release(&av->view);
-            read_only = 1;
-        } else {
-            PyErr_Clear();
+        if (!error_is_replaceable(0))
+            return -1;
+        if (writable) {
+            Py_buffer probe;
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            if (PyObject_GetBuffer(obj, &probe, PyBUF_RECORDS_RO) == 0) {
+                PyBuffer_Release(&probe);
+                PyErr_Restore(et, ev, etb);
+                return raise_from_pending(PyExc_ValueError, "%s: the %.100s is read-only", arg,
+                                          Py_TYPE(obj)->tp_name);
+            }
+            if (!error_is_replaceable(0)) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(etb);
+                return -1;
+            }
+            PyErr_Clear(); /* the probe's own refusal: the first one is reported */
+            PyErr_Restore(et, ev, etb);
         }
-        if (read_only)
-            PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg,
-                         Py_TYPE(obj)->tp_name);
-        else
-            PyErr_Format(PyExc_TypeError,
-                         "%s: the %.100s buffer cannot be %s as a typed array",
-                         arg, Py_TYPE(obj)->tp_name, writable ? "written" : "read");
-        return -1;
+        return raise_from_pending(PyExc_TypeError,
+                                  "%s: the %.100s buffer cannot be %s as a typed array", arg,
+                                  Py_TYPE(obj)->tp_name, writable ? "written" : "read");
     }
     av->has_view = 1;
+    av->gil_free_ok = 1;
     av->itemsize = (int)av->view.itemsize;
-    av->type_name = buffer_kind(av->view.format, av->itemsize, &av->kind);
-    if (av->type_name == NULL) {
+    av->kind = buffer_kind(av->view.format);
+    av->type_name = av->kind ? dtype_name(av->kind, av->itemsize) : NULL;
+    if (av->type_name == NULL || av->view.itemsize < 1) {
         PyErr_Format(PyExc_TypeError,
                      "%s: unsupported element format '%s' (expected native integers or floats)",
                      arg, av->view.format ? av->view.format : "B");
         return -1;
     }
-    if (av->view.ndim > 3) {
-        PyErr_Format(PyExc_ValueError, "%s: expected at most 3 dimensions, got %d",
-                     arg, av->view.ndim);
+    if (av->view.ndim < 0 || av->view.ndim > PLD_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %d", arg,
+                     PLD_MAX_DIMS, av->view.ndim);
         return -1;
     }
     av->ndim = av->view.ndim;
@@ -123,44 +241,156 @@ static int view_from_buffer(PyObject *obj, const char *arg, array_view *av, int 
     for (i = 0; i < av->ndim; i++) {
         av->shape[i] = av->view.shape ? av->view.shape[i] : av->view.len / av->view.itemsize;
         av->strides[i] = av->view.strides ? av->view.strides[i] : av->itemsize;
+        if (av->shape[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "%s: negative dimension %zd", arg, av->shape[i]);
+            return -1;
+        }
     }
     return 0;
 }
 
-static int view_from_dlpack(PyObject *obj, const char *arg, array_view *av)
+/* Fill av's dtype from a DLPack dtype; an unusual one gets kind 'x' and a
+ * descriptive name (float8 is "float8", never a neighbour's name). */
+static void dlpack_dtype(const pld_dl_dtype *dt, array_view *av)
 {
-    pld_dl_tensor *t;
+    static const char *const codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex",
+                                        "bool"};
+    static const char kinds[] = {'i', 'u', 'f', 'x', 'b', 'x', '?'};
+    const char *base = dt->code < sizeof(kinds) ? codes[dt->code] : NULL;
+    av->kind = 'x';
+    av->itemsize = dt->bits >= 8 ? dt->bits / 8 : 1; /* for size checks only when 'x' */
+    av->type_name = NULL;
+    if (base != NULL && dt->lanes == 1 && dt->bits % 8 == 0 && dt->bits > 0) {
+        av->type_name = dtype_name(kinds[dt->code], dt->bits / 8);
+        if (av->type_name != NULL)
+            av->kind = kinds[dt->code];
+    }
+    if (av->type_name == NULL) {
+        if (base != NULL)
+            PyOS_snprintf(av->type_buf, sizeof(av->type_buf), "%s%u%s", base,
+                          (unsigned)dt->bits, dt->lanes == 1 ? "" : " (vector lanes)");
+        else
+            PyOS_snprintf(av->type_buf, sizeof(av->type_buf), "DLPack type code %u, %u bits",
+                          (unsigned)dt->code, (unsigned)dt->bits);
+        av->type_name = av->type_buf;
+    }
+}
+
+/* Check every field of a DLPack tensor and fill av from it. */
+static int dlpack_fill(const pld_dl_tensor *t, const char *arg, array_view *av)
+{
+    Py_ssize_t count = 1, elem, span_hi = 0, span_lo = 0;
+    uintptr_t base;
     int i;
-    av->capsule = PyObject_CallMethod(obj, "__dlpack__", NULL);
+    if (t->device.device_type != PLD_DL_CPU && t->device.device_type != PLD_DL_CUDA_HOST) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected a tensor in CPU memory, got one on DLPack device type %d "
+                     "(copy it to the CPU first)",
+                     arg, (int)t->device.device_type);
+        return -1;
+    }
+    if (t->ndim < 0 || t->ndim > PLD_MAX_DIMS) {
+        PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %d", arg,
+                     PLD_MAX_DIMS, (int)t->ndim);
+        return -1;
+    }
+    if (t->ndim > 0 && t->shape == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s: the DLPack tensor has no shape", arg);
+        return -1;
+    }
+    dlpack_dtype(&t->dtype, av);
+    elem = av->itemsize;
+    av->ndim = t->ndim;
+    for (i = 0; i < t->ndim; i++) {
+        int64_t n = t->shape[i];
+        if (n < 0 || n > PY_SSIZE_T_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: invalid DLPack dimension %lld", arg, (long long)n);
+            return -1;
+        }
+        if (n > 0 && count > PY_SSIZE_T_MAX / elem / (Py_ssize_t)n) {
+            PyErr_Format(PyExc_ValueError, "%s: the DLPack tensor is larger than memory", arg);
+            return -1;
+        }
+        count *= (Py_ssize_t)n;
+        av->shape[i] = (Py_ssize_t)n;
+    }
+    /* strides in bytes, and the lowest and highest byte an element may sit at */
+    {
+        Py_ssize_t step = elem;
+        for (i = t->ndim - 1; i >= 0; i--) {
+            Py_ssize_t s;
+            if (t->strides == NULL) {
+                s = step;
+                step *= av->shape[i] > 0 ? av->shape[i] : 1;
+            } else {
+                int64_t e = t->strides[i];
+                if (e > PY_SSIZE_T_MAX / elem || e < -(PY_SSIZE_T_MAX / elem)) {
+                    PyErr_Format(PyExc_ValueError, "%s: invalid DLPack stride %lld", arg,
+                                 (long long)e);
+                    return -1;
+                }
+                s = (Py_ssize_t)e * elem;
+            }
+            av->strides[i] = s;
+            if (av->shape[i] > 1) {
+                Py_ssize_t reach = av->shape[i] - 1, mag = s < 0 ? -s : s;
+                if (mag != 0 && reach > (PY_SSIZE_T_MAX / 2) / mag) {
+                    PyErr_Format(PyExc_ValueError, "%s: the DLPack strides reach past memory", arg);
+                    return -1;
+                }
+                if (s < 0)
+                    span_lo += reach * mag;
+                else
+                    span_hi += reach * mag;
+                if (span_lo > PY_SSIZE_T_MAX / 2 || span_hi > PY_SSIZE_T_MAX / 2) {
+                    PyErr_Format(PyExc_ValueError, "%s: the DLPack strides reach past memory", arg);
+                    return -1;
+                }
+            }
+        }
+    }
+    if (count == 0) { /* nothing will be read: no pointer to check */
+        av->data = NULL;
+        return 0;
+    }
+    if (t->data == NULL) {
+        PyErr_Format(PyExc_ValueError, "%s: the DLPack tensor has no data", arg);
+        return -1;
+    }
+    base = (uintptr_t)t->data;
+    if (t->byte_offset > (uint64_t)(PY_SSIZE_T_MAX / 2) || base + t->byte_offset < base ||
+        base + t->byte_offset < (uintptr_t)span_lo ||
+        base + t->byte_offset + (uintptr_t)span_hi + (uintptr_t)elem < base + t->byte_offset) {
+        PyErr_Format(PyExc_ValueError, "%s: invalid DLPack byte offset %llu", arg,
+                     (unsigned long long)t->byte_offset);
+        return -1;
+    }
+    av->data = (char *)(base + (uintptr_t)t->byte_offset);
+    return 0;
+}
+
+/* av from obj.__dlpack__ (method, already looked up): the producer runs
+ * Python code here; nothing else of the caller's is viewed yet. */
+static int view_from_dlpack(PyObject *obj, PyObject *method, const char *arg, array_view *av)
+{
+    const pld_dl_tensor *t;
+    av->capsule = PyObject_CallNoArgs(method);
     if (av->capsule == NULL) {
         /* the producer refused (a meta tensor, one that requires grad...):
          * a ValueError naming the argument, the producer's error as cause */
-        PyObject *type, *cause, *tb, *type2, *value2, *tb2;
-        if (!PyErr_ExceptionMatches(PyExc_Exception))
+        if (!error_is_replaceable(1))
             return -1;
-        PyErr_Fetch(&type, &cause, &tb);
-        PyErr_NormalizeException(&type, &cause, &tb);
-        if (tb != NULL)
-            PyException_SetTraceback(cause, tb);
-        PyErr_Format(PyExc_ValueError, "%s: the %.100s cannot be read through DLPack: %S",
-                     arg, Py_TYPE(obj)->tp_name, cause);
-        PyErr_Fetch(&type2, &value2, &tb2);
-        PyErr_NormalizeException(&type2, &value2, &tb2);
-        PyException_SetCause(value2, cause); /* steals cause */
-        PyErr_Restore(type2, value2, tb2);
-        Py_XDECREF(type);
-        Py_XDECREF(tb);
-        return -1;
+        return raise_from_pending(PyExc_ValueError, "%s: the %.100s cannot be read through DLPack",
+                                  arg, Py_TYPE(obj)->tp_name);
     }
     if (PyCapsule_IsValid(av->capsule, "dltensor")) {
         pld_dl_managed *m = PyCapsule_GetPointer(av->capsule, "dltensor");
         t = &m->dl_tensor;
     } else if (PyCapsule_IsValid(av->capsule, "dltensor_versioned")) {
-        pld_dl_managed_versioned *m =
-            PyCapsule_GetPointer(av->capsule, "dltensor_versioned");
+        pld_dl_managed_versioned *m = PyCapsule_GetPointer(av->capsule, "dltensor_versioned");
         if (m->version_major != 1) {
-            PyErr_Format(PyExc_TypeError, "%s: unsupported DLPack version %u",
-                         arg, (unsigned)m->version_major);
+            PyErr_Format(PyExc_TypeError, "%s: unsupported DLPack version %u", arg,
+                         (unsigned)m->version_major);
             return -1;
         }
         t = &m->dl_tensor;
@@ -169,59 +399,7 @@ static int view_from_dlpack(PyObject *obj, const char *arg, array_view *av)
         PyErr_Format(PyExc_TypeError, "%s: __dlpack__ did not return a DLPack capsule", arg);
         return -1;
     }
-    if (t->device.device_type != PLD_DL_CPU && t->device.device_type != PLD_DL_CUDA_HOST) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: expected a tensor in CPU memory, got one on DLPack device type %d "
-                     "(copy it to the CPU first)",
-                     arg, (int)t->device.device_type);
-        return -1;
-    }
-    if (t->ndim < 0 || t->ndim > 3) {
-        PyErr_Format(PyExc_ValueError, "%s: expected at most 3 dimensions, got %d",
-                     arg, (int)t->ndim);
-        return -1;
-    }
-    av->itemsize = t->dtype.bits / 8;
-    switch (t->dtype.code) {
-    case PLD_DL_INT:
-        av->kind = 'i';
-        av->type_name = av->itemsize == 8 ? "int64" : av->itemsize == 4 ? "int32" : av->itemsize == 2 ? "int16" : "int8";
-        break;
-    case PLD_DL_UINT:
-        av->kind = 'u';
-        av->type_name = av->itemsize == 8 ? "uint64" : av->itemsize == 4 ? "uint32" : av->itemsize == 2 ? "uint16" : "uint8";
-        break;
-    case PLD_DL_FLOAT:
-        av->kind = 'f';
-        av->type_name = av->itemsize == 2 ? "float16" : av->itemsize == 4 ? "float32" : "float64";
-        break;
-    case PLD_DL_BFLOAT:
-        av->kind = 'b';
-        av->type_name = "bfloat16";
-        break;
-    case PLD_DL_BOOL:
-        av->kind = 'x';
-        av->type_name = "bool";
-        break;
-    default:
-        av->kind = 'x';
-        av->type_name = "an unsupported dtype";
-    }
-    if (t->dtype.lanes != 1 || t->dtype.bits % 8 != 0 || av->itemsize == 0 || av->itemsize > 8) {
-        av->kind = 'x';
-        av->type_name = "an unsupported dtype";
-    }
-    av->ndim = t->ndim;
-    av->data = (char *)t->data + t->byte_offset;
-    {
-        Py_ssize_t step = av->itemsize;
-        for (i = av->ndim - 1; i >= 0; i--) {
-            av->shape[i] = (Py_ssize_t)t->shape[i];
-            av->strides[i] = t->strides ? (Py_ssize_t)t->strides[i] * av->itemsize : step;
-            step *= av->shape[i] > 0 ? av->shape[i] : 1;
-        }
-    }
-    return 0;
+    return dlpack_fill(t, arg, av);
 }
 
 /* 1: obj is an array and av is filled; 0: not an array; -1: error (av may
@@ -230,34 +408,44 @@ static int view_from_dlpack(PyObject *obj, const char *arg, array_view *av)
  * refused here: their bytes would pass for uint8 ids. */
 static int array_view_get(PyObject *obj, const char *arg, array_view *av, int writable)
 {
+    PyObject *method;
+    int rc;
     memset(av, 0, sizeof(*av));
     if (!writable && (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj))) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected token ids or an array, got %.100s",
-                     arg, Py_TYPE(obj)->tp_name);
+        PyErr_Format(PyExc_TypeError, "%s: expected token ids or an array, got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
         return -1;
     }
     if (PyObject_CheckBuffer(obj))
         return view_from_buffer(obj, arg, av, writable) < 0 ? -1 : 1;
-    if (!PyType_Check(obj) && PyObject_HasAttrString(obj, "__dlpack__")) {
-        if (view_from_dlpack(obj, arg, av) < 0)
+    if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || PyLong_CheckExact(obj) ||
+        PyType_Check(obj))
+        return 0;
+    method = PyObject_GetAttrString(obj, "__dlpack__"); /* may run __getattr__ */
+    if (method == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
             return -1;
-        if (writable && av->read_only) {
-            PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg,
-                         Py_TYPE(obj)->tp_name);
-            return -1;
-        }
-        return 1;
+        PyErr_Clear();
+        return 0;
     }
-    return 0;
+    rc = view_from_dlpack(obj, method, arg, av);
+    Py_DECREF(method);
+    if (rc < 0)
+        return -1;
+    if (writable && av->read_only) {
+        PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    return 1;
 }
 
 /* ============================================================ token inputs */
 
 typedef struct {
-    const void *data; /* int32 (is32) or int64 elements, contiguous */
+    const void *data; /* int32 (is32) or int64 elements, contiguous, aligned */
     int is32;
     size_t len;
+    int gil_free_ok;  /* data is owned or a buffer export */
     array_view av;
     int64_t *owned;
     int64_t scalar;
@@ -270,21 +458,65 @@ static void token_input_release(token_input *ti)
     ti->owned = NULL;
 }
 
-static int token_from_pyint(PyObject *item, const char *arg, int64_t *out)
+/* Element i of a token input. */
+static inline int64_t token_at(const token_input *ti, size_t i)
+{
+    return ti->is32 ? ((const int32_t *)ti->data)[i] : ((const int64_t *)ti->data)[i];
+}
+
+/* One id from p (any alignment): kind 'i' or 'u', itemsize 1, 2, 4 or 8.
+ * -1 (ValueError) for an unsigned id above INT64_MAX. */
+static int load_id(const char *p, char kind, int itemsize, const char *arg, int64_t *out)
+{
+    if (kind == 'i') {
+        switch (itemsize) {
+        case 1: *out = *(const int8_t *)p; return 0;
+        case 2: { int16_t x; memcpy(&x, p, 2); *out = x; return 0; }
+        case 4: { int32_t x; memcpy(&x, p, 4); *out = x; return 0; }
+        default: memcpy(out, p, 8); return 0;
+        }
+    } else {
+        uint64_t u;
+        switch (itemsize) {
+        case 1: u = *(const uint8_t *)p; break;
+        case 2: { uint16_t x; memcpy(&x, p, 2); u = x; break; }
+        case 4: { uint32_t x; memcpy(&x, p, 4); u = x; break; }
+        default: memcpy(&u, p, 8);
+        }
+        if (u > (uint64_t)INT64_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: token id %llu does not fit in int64", arg,
+                         (unsigned long long)u);
+            return -1;
+        }
+        *out = (int64_t)u;
+        return 0;
+    }
+}
+
+/* An id from an int or anything with __index__ (which may run Python code:
+ * call it before any view of caller memory is taken). */
+static int id_from_object(PyObject *item, const char *arg, int64_t *out)
 {
     int overflow = 0;
     long long v;
     PyObject *index;
-    if (PyFloat_Check(item) || !PyIndex_Check(item)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected int token ids, got %.100s",
-                     arg, Py_TYPE(item)->tp_name);
-        return -1;
+    if (PyLong_CheckExact(item)) {
+        v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    } else {
+        if (PyFloat_Check(item) || !PyIndex_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "%s: expected int token ids, got %.100s", arg,
+                         Py_TYPE(item)->tp_name);
+            return -1;
+        }
+        index = PyNumber_Index(item);
+        if (index == NULL)
+            return error_is_replaceable(0)
+                       ? raise_from_pending(NULL, "%s: expected int token ids, got %.100s", arg,
+                                            Py_TYPE(item)->tp_name)
+                       : -1;
+        v = PyLong_AsLongLongAndOverflow(index, &overflow);
+        Py_DECREF(index);
     }
-    index = PyNumber_Index(item);
-    if (index == NULL)
-        return -1;
-    v = PyLong_AsLongLongAndOverflow(index, &overflow);
-    Py_DECREF(index);
     if (overflow) {
         PyErr_Format(PyExc_ValueError, "%s: token id does not fit in int64", arg);
         return -1;
@@ -295,135 +527,123 @@ static int token_from_pyint(PyObject *item, const char *arg, int64_t *out)
     return 0;
 }
 
-static int tokens_from_array(token_input *ti, const char *arg)
+static int tokens_from_array(token_input *ti, const char *arg, int allow_scalar)
 {
     array_view *av = &ti->av;
     Py_ssize_t n, stride, i;
     if (av->kind != 'i' && av->kind != 'u') {
-        PyErr_Format(PyExc_TypeError, "%s: expected integer token ids, got %s elements",
-                     arg, av->type_name);
+        PyErr_Format(PyExc_TypeError, "%s: expected integer token ids, got %s elements", arg,
+                     av->type_name);
         return -1;
     }
-    if (av->ndim == 1) {
+    if (av->ndim == 0 && allow_scalar) {
+        n = 1;
+        stride = av->itemsize;
+    } else if (av->ndim == 1) {
         n = av->shape[0];
         stride = av->strides[0];
     } else if (av->ndim == 2) {
         if (av->shape[0] != 1) {
             PyErr_Format(PyExc_ValueError,
-                         "%s: batch size %zd is not supported (expected shape [1, L] or [L])",
-                         arg, av->shape[0]);
+                         "%s: batch size %zd is not supported (expected shape [1, L] or [L])", arg,
+                         av->shape[0]);
             return -1;
         }
         n = av->shape[1];
         stride = av->strides[1];
     } else {
         PyErr_Format(PyExc_ValueError,
-                     "%s: expected a 1-D [L] or 2-D [1, L] array, got %d dimensions",
-                     arg, av->ndim);
+                     "%s: expected a 1-D [L] or 2-D [1, L] array, got %d dimensions", arg,
+                     av->ndim);
         return -1;
     }
     ti->len = (size_t)n;
     if (av->kind == 'i' && (av->itemsize == 8 || av->itemsize == 4) &&
-        (stride == av->itemsize || n <= 1)) {
+        (stride == av->itemsize || n <= 1) && is_aligned(av->data, av->itemsize)) {
         ti->data = av->data;
         ti->is32 = av->itemsize == 4;
+        ti->gil_free_ok = av->gil_free_ok;
         return 0;
+    }
+    if (n > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(int64_t)) {
+        PyErr_NoMemory();
+        return -1;
     }
     ti->owned = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     if (ti->owned == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    for (i = 0; i < n; i++) {
-        const char *p = av->data + i * stride;
-        int64_t v;
-        if (av->kind == 'i') {
-            switch (av->itemsize) {
-            case 1: v = *(const int8_t *)p; break;
-            case 2: { int16_t x; memcpy(&x, p, 2); v = x; break; }
-            case 4: { int32_t x; memcpy(&x, p, 4); v = x; break; }
-            default: memcpy(&v, p, 8);
-            }
-        } else {
-            uint64_t u;
-            switch (av->itemsize) {
-            case 1: u = *(const uint8_t *)p; break;
-            case 2: { uint16_t x; memcpy(&x, p, 2); u = x; break; }
-            case 4: { uint32_t x; memcpy(&x, p, 4); u = x; break; }
-            default: memcpy(&u, p, 8);
-            }
-            if (u > (uint64_t)INT64_MAX) {
-                PyErr_Format(PyExc_ValueError, "%s: token id %llu does not fit in int64",
-                             arg, (unsigned long long)u);
-                return -1;
-            }
-            v = (int64_t)u;
-        }
-        ti->owned[i] = v;
-    }
+    for (i = 0; i < n; i++)
+        if (load_id(av->data + i * stride, av->kind, av->itemsize, arg, &ti->owned[i]) < 0)
+            return -1;
     ti->data = ti->owned;
     ti->is32 = 0;
+    ti->gil_free_ok = 1;
     return 0;
+}
+
+/* A tuple of obj's items (obj a sequence), the refusal naming arg. */
+static PyObject *sequence_snapshot(PyObject *obj, const char *arg)
+{
+    PyObject *items;
+    if (!PySequence_Check(obj)) {
+        PyErr_Format(PyExc_TypeError,
+                     "%s: expected a tensor, an integer array or a sequence of ints, got %.100s",
+                     arg, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    items = PySequence_Tuple(obj); /* iteration may run Python code */
+    if (items == NULL && error_is_replaceable(0))
+        raise_from_pending(PyExc_TypeError,
+                           "%s: expected a tensor, an integer array or a sequence of ints, got "
+                           "%.100s that cannot be read as one",
+                           arg, Py_TYPE(obj)->tp_name);
+    return items;
 }
 
 static int tokens_from_sequence(PyObject *obj, token_input *ti, const char *arg)
 {
-    PyObject *fast = NULL, *row = NULL;
+    PyObject *items = sequence_snapshot(obj, arg), *first;
     Py_ssize_t n, i;
     int rc = -1;
-    fast = PySequence_Check(obj) ? PySequence_Fast(obj, "") : NULL;
-    if (fast == NULL) {
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected a tensor, an integer array or a sequence of ints, got %.100s",
-                     arg, Py_TYPE(obj)->tp_name);
+    if (items == NULL)
         return -1;
-    }
-    n = PySequence_Fast_GET_SIZE(fast);
-    if (n > 0 && (PyList_Check(PySequence_Fast_GET_ITEM(fast, 0)) ||
-                  PyTuple_Check(PySequence_Fast_GET_ITEM(fast, 0)))) {
+    n = PyTuple_GET_SIZE(items);
+    first = n > 0 ? PyTuple_GET_ITEM(items, 0) : NULL;
+    if (first != NULL && (PyList_Check(first) || PyTuple_Check(first))) {
+        PyObject *row;
         if (n != 1) {
             PyErr_Format(PyExc_ValueError,
                          "%s: batch size %zd is not supported (expected one row)", arg, n);
             goto error;
         }
-        row = PySequence_Fast(PySequence_Fast_GET_ITEM(fast, 0), "");
+        row = sequence_snapshot(first, arg);
         if (row == NULL)
             goto error;
-        Py_SETREF(fast, row);
-        row = NULL;
-        n = PySequence_Fast_GET_SIZE(fast);
+        Py_SETREF(items, row);
+        n = PyTuple_GET_SIZE(items);
     }
     ti->owned = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t));
     if (ti->owned == NULL) {
         PyErr_NoMemory();
         goto error;
     }
-    for (i = 0; i < n; i++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
-        if (PyLong_CheckExact(item)) {
-            int overflow = 0;
-            long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
-            if (overflow) {
-                PyErr_Format(PyExc_ValueError, "%s: token id does not fit in int64", arg);
-                goto error;
-            }
-            ti->owned[i] = (int64_t)v;
-        } else if (token_from_pyint(item, arg, &ti->owned[i]) < 0) {
+    for (i = 0; i < n; i++) /* the tuple keeps every item alive meanwhile */
+        if (id_from_object(PyTuple_GET_ITEM(items, i), arg, &ti->owned[i]) < 0)
             goto error;
-        }
-    }
     ti->data = ti->owned;
     ti->len = (size_t)n;
+    ti->gil_free_ok = 1;
     rc = 0;
 error:
-    Py_XDECREF(fast);
+    Py_DECREF(items);
     return rc;
 }
 
-/* Fill ti from a tensor, array, buffer, sequence or (allow_scalar) an int. */
-static int token_input_get(PyObject *obj, const char *arg, int allow_scalar,
-                           token_input *ti)
+/* Fill ti from a tensor, array, buffer, sequence or (allow_scalar) an int or
+ * a 0-d integer array. */
+static int token_input_get(PyObject *obj, const char *arg, int allow_scalar, token_input *ti)
 {
     int got;
     memset(ti, 0, sizeof(*ti));
@@ -432,16 +652,22 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar,
         return -1;
     }
     if (allow_scalar && PyLong_Check(obj)) {
-        if (token_from_pyint(obj, arg, &ti->scalar) < 0)
+        if (id_from_object(obj, arg, &ti->scalar) < 0)
             return -1;
         ti->data = &ti->scalar;
         ti->len = 1;
+        ti->gil_free_ok = 1;
         return 0;
     }
     got = array_view_get(obj, arg, &ti->av, 0);
     if (got > 0)
-        got = tokens_from_array(ti, arg);
-    else if (got == 0)
+        got = tokens_from_array(ti, arg, allow_scalar);
+    else if (got == 0 && allow_scalar && PyIndex_Check(obj) && !PySequence_Check(obj)) {
+        got = id_from_object(obj, arg, &ti->scalar);
+        ti->data = &ti->scalar;
+        ti->len = 1;
+        ti->gil_free_ok = 1;
+    } else if (got == 0)
         got = tokens_from_sequence(obj, ti, arg);
     if (got < 0) {
         token_input_release(ti);
@@ -450,12 +676,36 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar,
     return 0;
 }
 
+/* The ids of obj copied into memory the caller owns (PyMem_Free), with
+ * room for `extra` more; *len receives their number. Nothing of obj is
+ * held afterwards, so later conversions may run Python code. */
+static int64_t *ids_copy(PyObject *obj, const char *arg, size_t extra, size_t *len)
+{
+    token_input ti;
+    int64_t *ids;
+    size_t i;
+    if (token_input_get(obj, arg, 0, &ti) < 0)
+        return NULL;
+    ids = PyMem_Malloc((ti.len + extra + 1) * sizeof(int64_t));
+    if (ids == NULL) {
+        token_input_release(&ti);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (i = 0; i < ti.len; i++)
+        ids[i] = token_at(&ti, i);
+    *len = ti.len;
+    token_input_release(&ti);
+    return ids;
+}
+
 /* ============================================================ float inputs */
 
 typedef struct {
-    const void *data; /* rows x vocab, C order */
+    const void *data; /* rows x vocab, C order, aligned */
     pld_float_type ftype;
     size_t rows, vocab;
+    int gil_free_ok;
     array_view av;
     void *owned;
 } float_input;
@@ -467,7 +717,8 @@ static void float_input_release(float_input *fi)
     fi->owned = NULL;
 }
 
-/* A [rows, V] or [1, rows, V] float32/float16/bfloat16 array. */
+/* A [rows, V] or [1, rows, V] float32/float16/bfloat16 array, read in place
+ * when contiguous and aligned, else copied. Take it last: see the rules. */
 static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
 {
     array_view *av = &fi->av;
@@ -484,8 +735,7 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
         return -1;
     }
     if (got == 0) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected a tensor or array of shape [k+1, V], got %.100s",
+        PyErr_Format(PyExc_TypeError, "%s: expected a tensor or array of shape [k+1, V], got %.100s",
                      arg, Py_TYPE(obj)->tp_name);
         return -1;
     }
@@ -496,20 +746,20 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
     else if (av->kind == 'b')
         fi->ftype = PLD_BF16;
     else {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected float32, float16 or bfloat16 elements, got %s",
+        PyErr_Format(PyExc_TypeError, "%s: expected float32, float16 or bfloat16 elements, got %s",
                      arg, av->type_name);
         return -1;
     }
     if (av->ndim == 3 && av->shape[0] != 1) {
         PyErr_Format(PyExc_ValueError,
-                     "%s: batch size %zd is not supported (expected [1, k+1, V] or [k+1, V])",
-                     arg, av->shape[0]);
+                     "%s: batch size %zd is not supported (expected [1, k+1, V] or [k+1, V])", arg,
+                     av->shape[0]);
         return -1;
     }
     if (av->ndim != 2 && av->ndim != 3) {
-        PyErr_Format(PyExc_ValueError, "%s: expected shape [k+1, V] or [1, k+1, V], got %d dimensions",
-                     arg, av->ndim);
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected shape [k+1, V] or [1, k+1, V], got %d dimensions", arg,
+                     av->ndim);
         return -1;
     }
     r0 = av->ndim - 2;
@@ -523,9 +773,15 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
     }
     fi->rows = (size_t)rows;
     fi->vocab = (size_t)vocab;
-    if (vs == av->itemsize && (rs == vocab * av->itemsize || rows <= 1)) {
+    if (vs == av->itemsize && (rs == vocab * av->itemsize || rows <= 1) &&
+        is_aligned(av->data, av->itemsize)) {
         fi->data = av->data;
+        fi->gil_free_ok = av->gil_free_ok;
         return 0;
+    }
+    if (rows > 0 && vocab > PY_SSIZE_T_MAX / av->itemsize / rows) {
+        PyErr_NoMemory();
+        return -1;
     }
     fi->owned = PyMem_Malloc((size_t)(rows > 0 ? rows : 1) * (size_t)vocab * av->itemsize);
     if (fi->owned == NULL) {
@@ -534,36 +790,99 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
     }
     for (r = 0; r < rows; r++)
         for (v = 0; v < vocab; v++)
-            memcpy((char *)fi->owned + (r * vocab + v) * av->itemsize,
-                   av->data + r * rs + v * vs, (size_t)av->itemsize);
+            memcpy((char *)fi->owned + (r * vocab + v) * av->itemsize, av->data + r * rs + v * vs,
+                   (size_t)av->itemsize);
     fi->data = fi->owned;
+    fi->gil_free_ok = 1;
     return 0;
 }
 
 /* =========================================================== small parsers */
 
+/* An int in [min, max] from an int or anything with __index__ (NumPy
+ * integers, 0-d integer arrays); bool and float are refused. */
 static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t max,
                       size_t *out)
 {
+    PyObject *index;
     Py_ssize_t v;
-    if (!PyLong_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", arg,
-                     Py_TYPE(obj)->tp_name);
+    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", arg, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    v = PyLong_AsSsize_t(obj);
+    index = PyNumber_Index(obj);
+    if (index == NULL)
+        return error_is_replaceable(0)
+                   ? raise_from_pending(PyExc_TypeError, "%s must be an int, got %.100s", arg,
+                                        Py_TYPE(obj)->tp_name)
+                   : -1;
+    v = PyLong_AsSsize_t(index);
     if (v == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            Py_DECREF(index);
+            return -1;
+        }
         PyErr_Clear();
-        PyErr_Format(PyExc_ValueError, "%s is out of range", arg);
+        PyErr_Format(PyExc_ValueError, "%s must be between %zd and %zd, got %R", arg, min, max,
+                     index);
+        Py_DECREF(index);
         return -1;
     }
+    Py_DECREF(index);
     if (v < min || v > max) {
-        PyErr_Format(PyExc_ValueError, "%s must be between %zd and %zd, got %zd", arg,
-                     min, max, v);
+        PyErr_Format(PyExc_ValueError, "%s must be between %zd and %zd, got %zd", arg, min, max, v);
         return -1;
     }
     *out = (size_t)v;
     return 0;
+}
+
+/* A seed in [0, 2^64) from an int or anything with __index__. */
+static int parse_seed(PyObject *obj, const char *arg, uint64_t *out)
+{
+    PyObject *index;
+    unsigned long long v;
+    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s must be an int in [0, 2**64) or None, got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    index = PyNumber_Index(obj);
+    if (index == NULL)
+        return error_is_replaceable(0)
+                   ? raise_from_pending(PyExc_TypeError, "%s must be an int, got %.100s", arg,
+                                        Py_TYPE(obj)->tp_name)
+                   : -1;
+    v = PyLong_AsUnsignedLongLong(index);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s must be in [0, 2**64), got %R", arg, index);
+        }
+        Py_DECREF(index);
+        return -1;
+    }
+    Py_DECREF(index);
+    *out = (uint64_t)v;
+    return 0;
+}
+
+/* 64 bits from the operating system's generator (time and addresses mixed
+ * through splitmix64 where there is none). */
+static uint64_t random_u64(void)
+{
+    static uint64_t counter;
+    uint64_t x = 0, z;
+#ifdef __linux__
+    if (getrandom(&x, sizeof(x), GRND_NONBLOCK) == (ssize_t)sizeof(x))
+        return x;
+    x ^= (uint64_t)getpid() << 32;
+#endif
+    x ^= (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20) ^ (uint64_t)(uintptr_t)&x;
+    z = x + (++counter) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
 }
 
 static int parse_semantics(PyObject *obj, pld_semantics *out)
@@ -607,31 +926,20 @@ static int parse_opts(PyObject *semantics, PyObject *max_length, PyObject *eos,
     if (parse_semantics(semantics, &oh->opts.semantics) < 0)
         return -1;
     if (max_length != NULL && max_length != Py_None) {
-        long long v;
+        size_t v;
         if (oh->opts.semantics != PLD_TRANSFORMERS) {
             PyErr_SetString(PyExc_ValueError,
                             "max_length applies only with semantics='transformers'");
             return -1;
         }
-        if (!PyLong_Check(max_length)) {
-            PyErr_Format(PyExc_TypeError, "max_length must be an int or None, got %.100s",
-                         Py_TYPE(max_length)->tp_name);
+        if (parse_size(max_length, "max_length", 0, PY_SSIZE_T_MAX, &v) < 0)
             return -1;
-        }
-        v = PyLong_AsLongLong(max_length);
-        if (v == -1 && PyErr_Occurred()) {
-            PyErr_Clear();
-            v = -1;
-        }
-        if (v < 0) {
-            PyErr_SetString(PyExc_ValueError, "max_length must be an int in [0, 2**63)");
-            return -1;
-        }
         oh->opts.max_length = (int64_t)v;
     }
     if (eos != NULL && eos != Py_None) {
         token_input ti;
         size_t i;
+        int64_t *dst;
         if (oh->opts.semantics != PLD_TRANSFORMERS) {
             PyErr_SetString(PyExc_ValueError,
                             "eos_token_id applies only with semantics='transformers'");
@@ -647,13 +955,11 @@ static int parse_opts(PyObject *semantics, PyObject *max_length, PyObject *eos,
                 return -1;
             }
         }
-        {
-            int64_t *dst = oh->eos_heap ? oh->eos_heap : oh->eos_small;
-            for (i = 0; i < ti.len; i++)
-                dst[i] = ti.is32 ? ((const int32_t *)ti.data)[i] : ((const int64_t *)ti.data)[i];
-            oh->opts.eos = dst;
-            oh->opts.n_eos = ti.len;
-        }
+        dst = oh->eos_heap ? oh->eos_heap : oh->eos_small;
+        for (i = 0; i < ti.len; i++)
+            dst[i] = token_at(&ti, i);
+        oh->opts.eos = dst;
+        oh->opts.n_eos = ti.len;
         token_input_release(&ti);
     }
     return 0;
@@ -737,19 +1043,26 @@ static int parse_fast_args(const char *fname, PyObject *const *args, Py_ssize_t 
 /* ========================================================== find_candidate */
 
 /* _find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size,
- *                 semantics, max_length, eos_token_id) -> (start, count)
- * The draft is row[start:start+count] of the input's only row. */
+ *                 semantics, max_length, eos_token_id[, with_ids])
+ *   -> (start, count) or, with_ids true, (start, count, draft ids)
+ * The draft is row[start:start+count] of the input's only row, as the binding
+ * read it (with_ids: for inputs that cannot be sliced, or that Python code
+ * may have changed since). */
 static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     token_input ti;
     opts_holder oh;
-    size_t max_n, k, min_n, start = 0, count = 0;
-    pld_status st;
+    size_t max_n, k, min_n, start = 0, count = 0, i;
+    pld_status st = PLD_OK;
+    int with_ids = 0;
+    PyObject *ids = NULL;
     (void)self;
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "_find_candidate() takes 7 arguments");
+    if (nargs != 7 && nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "_find_candidate() takes 7 or 8 arguments");
         return NULL;
     }
+    if (nargs == 8 && (with_ids = PyObject_IsTrue(args[7])) < 0)
+        return NULL;
     if (parse_size(args[1], "max_ngram_size", 1, PLD_MAX_NGRAM, &max_n) < 0 ||
         parse_size(args[2], "num_pred_tokens", 1, PLD_MAX_DRAFT, &k) < 0 ||
         parse_size(args[3], "min_ngram_size", 1, PLD_MAX_NGRAM, &min_n) < 0)
@@ -765,20 +1078,27 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
         opts_release(&oh);
         return NULL;
     }
-    if (ti.len >= PLD_NOGIL_MIN_ELEMENTS) {
-        Py_BEGIN_ALLOW_THREADS
+    PLD_MAYBE_WITHOUT_GIL(
+        ti.gil_free_ok && ti.len >= PLD_NOGIL_MIN_ELEMENTS,
         st = ti.is32 ? pld_find_candidate_i32(ti.data, ti.len, min_n, max_n, k, &oh.opts, &start, &count)
-                     : pld_find_candidate_i64(ti.data, ti.len, min_n, max_n, k, &oh.opts, &start, &count);
-        Py_END_ALLOW_THREADS
-    } else {
-        st = ti.is32 ? pld_find_candidate_i32(ti.data, ti.len, min_n, max_n, k, &oh.opts, &start, &count)
-                     : pld_find_candidate_i64(ti.data, ti.len, min_n, max_n, k, &oh.opts, &start, &count);
+                     : pld_find_candidate_i64(ti.data, ti.len, min_n, max_n, k, &oh.opts, &start, &count));
+    if (st == PLD_OK && with_ids && (ids = PyList_New((Py_ssize_t)count)) != NULL) {
+        for (i = 0; i < count; i++) {
+            PyObject *item = PyLong_FromLongLong(token_at(&ti, start + i));
+            if (item == NULL) {
+                Py_CLEAR(ids);
+                break;
+            }
+            PyList_SET_ITEM(ids, (Py_ssize_t)i, item);
+        }
     }
     token_input_release(&ti);
     opts_release(&oh);
     if (st != PLD_OK)
         return raise_status(st, "find_candidate_pred_tokens");
-    return Py_BuildValue("(nn)", (Py_ssize_t)start, (Py_ssize_t)count);
+    if (!with_ids)
+        return Py_BuildValue("(nn)", (Py_ssize_t)start, (Py_ssize_t)count);
+    return ids == NULL ? NULL : Py_BuildValue("(nnN)", (Py_ssize_t)start, (Py_ssize_t)count, ids);
 }
 
 /* ============================================================== NgramIndex */
@@ -799,7 +1119,9 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
 #define PLD_PREFETCH_WRITE(p) ((void)(p))
 #endif
 
-static PyObject **int_cache; /* PLD_INT_CACHE_IDS entries; NULL if the import could not allocate it */
+static PyObject **int_cache; /* PLD_INT_CACHE_IDS entries; NULL if the import could not
+                              * allocate it. The main interpreter's: other interpreters
+                              * build their ints as usual (see draft_list). */
 
 /* The cache's entry for id v; NULL if v is not cached by id. */
 static inline PyObject **int_cache_entry(int64_t v)
@@ -860,12 +1182,14 @@ static int index_check(NgramIndexObject *self)
 
 static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"max_ngram_size", "min_ngram_size", "policy", NULL};
-    PyObject *max_obj = NULL, *min_obj = NULL, *policy_obj = NULL;
+    static char *kwlist[] = {"max_ngram_size", "min_ngram_size", "policy", "seed", NULL};
+    PyObject *max_obj = NULL, *min_obj = NULL, *policy_obj = NULL, *seed_obj = Py_None;
     size_t max_n = 3, min_n = 1;
     int policy = PLD_POLICY_FIRST, p;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO:NgramIndex", kwlist, &max_obj,
-                                     &min_obj, &policy_obj))
+    uint64_t seed;
+    pld_index *fresh;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$O:NgramIndex", kwlist, &max_obj,
+                                     &min_obj, &policy_obj, &seed_obj))
         return -1;
     if (max_obj && parse_size(max_obj, "max_ngram_size", 1, PLD_MAX_NGRAM, &max_n) < 0)
         return -1;
@@ -888,17 +1212,22 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
             return -1;
         }
     }
+    if (seed_obj == Py_None)
+        seed = random_u64();
+    else if (parse_seed(seed_obj, "seed", &seed) < 0)
+        return -1;
     if (self->busy) {
         PyErr_SetString(PyExc_RuntimeError, "NgramIndex is in use by another thread");
         return -1;
     }
-    pld_index_free(self->index);
-    self->last_ngram = 0;
-    self->index = pld_index_new(min_n, max_n, (pld_policy)policy);
-    if (self->index == NULL) {
+    fresh = pld_index_new_keyed(min_n, max_n, (pld_policy)policy, seed);
+    if (fresh == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    pld_index_free(self->index); /* only once the new one exists */
+    self->index = fresh;
+    self->last_ngram = 0;
     return 0;
 }
 
@@ -912,17 +1241,13 @@ static void NgramIndex_dealloc(NgramIndexObject *self)
 static PyObject *NgramIndex_extend(NgramIndexObject *self, PyObject *tokens)
 {
     token_input ti;
-    pld_status st;
+    pld_status st = PLD_OK;
     if (index_check(self) < 0)
         return NULL;
     if (PyLong_CheckExact(tokens)) { /* the per-step fast path: one token */
-        int overflow = 0;
-        long long v = PyLong_AsLongLongAndOverflow(tokens, &overflow);
-        int64_t t = (int64_t)v;
-        if (overflow) {
-            PyErr_SetString(PyExc_ValueError, "tokens: token id does not fit in int64");
+        int64_t t;
+        if (id_from_object(tokens, "tokens", &t) < 0)
             return NULL;
-        }
         st = pld_index_extend(self->index, &t, 1);
         if (st != PLD_OK)
             return raise_status(st, "tokens");
@@ -930,17 +1255,15 @@ static PyObject *NgramIndex_extend(NgramIndexObject *self, PyObject *tokens)
     }
     if (token_input_get(tokens, "tokens", 1, &ti) < 0)
         return NULL;
-    if (ti.len >= PLD_NOGIL_MIN_ELEMENTS) {
-        self->busy = 1;
-        Py_BEGIN_ALLOW_THREADS
-        st = ti.is32 ? pld_index_extend_i32(self->index, ti.data, ti.len)
-                     : pld_index_extend(self->index, ti.data, ti.len);
-        Py_END_ALLOW_THREADS
-        self->busy = 0;
-    } else {
-        st = ti.is32 ? pld_index_extend_i32(self->index, ti.data, ti.len)
-                     : pld_index_extend(self->index, ti.data, ti.len);
+    if (index_check(self) < 0) { /* the conversion ran Python code */
+        token_input_release(&ti);
+        return NULL;
     }
+    self->busy = 1;
+    PLD_MAYBE_WITHOUT_GIL(ti.gil_free_ok && ti.len >= PLD_NOGIL_MIN_ELEMENTS,
+                          st = ti.is32 ? pld_index_extend_i32(self->index, ti.data, ti.len)
+                                       : pld_index_extend(self->index, ti.data, ti.len));
+    self->busy = 0;
     token_input_release(&ti);
     if (st != PLD_OK)
         return raise_status(st, "tokens");
@@ -1003,8 +1326,10 @@ static int draft_out_write(const array_view *av, const int64_t *draft, size_t n)
                          (long long)draft[i]);
             return -1;
         }
-    for (i = 0; i < n; i++)
-        ((int32_t *)av->data)[i] = (int32_t)draft[i];
+    for (i = 0; i < n; i++) { /* out may sit at any byte offset */
+        int32_t v = (int32_t)draft[i];
+        memcpy(av->data + i * sizeof(int32_t), &v, sizeof(v));
+    }
     return 0;
 }
 
@@ -1013,6 +1338,8 @@ static PyObject *draft_list(const int64_t *draft, size_t n)
 {
     PyObject *list;
     size_t i;
+    if (int_cache == NULL || PyInterpreterState_Get() != PyInterpreterState_Main())
+        return list_from_i64(draft, n); /* the cache's ints belong to the main interpreter */
     for (i = 0; i < n; i++) { /* the cache lines of the ids' entries, all at once */
         PyObject **entry = int_cache_entry(draft[i]);
         if (entry != NULL)
@@ -1077,6 +1404,8 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
             goto done;
         has_out = 1;
     }
+    if (index_check(self) < 0) /* the conversions above ran Python code */
+        goto done;
     if (k > self->draft_cap) {
         int64_t *d = PyMem_Realloc(self->draft, k * sizeof(int64_t));
         if (d == NULL) {
@@ -1104,21 +1433,17 @@ static PyObject *index_sized_op(NgramIndexObject *self, PyObject *arg,
                                 pld_status (*op)(pld_index *, size_t), const char *what,
                                 int may_release_gil)
 {
-    size_t n;
-    pld_status st;
+    size_t n = 0;
+    pld_status st = PLD_OK;
     if (index_check(self) < 0)
         return NULL;
     if (parse_size(arg, "n", 0, PY_SSIZE_T_MAX, &n) < 0)
         return NULL;
-    if (may_release_gil && n >= PLD_NOGIL_MIN_ELEMENTS) {
-        self->busy = 1;
-        Py_BEGIN_ALLOW_THREADS
-        st = op(self->index, n);
-        Py_END_ALLOW_THREADS
-        self->busy = 0;
-    } else {
-        st = op(self->index, n);
-    }
+    if (index_check(self) < 0) /* n's __index__ ran Python code */
+        return NULL;
+    self->busy = 1;
+    PLD_MAYBE_WITHOUT_GIL(may_release_gil && n >= PLD_NOGIL_MIN_ELEMENTS, st = op(self->index, n));
+    self->busy = 0;
     if (st != PLD_OK)
         return raise_status(st, what);
     Py_RETURN_NONE;
@@ -1161,6 +1486,14 @@ static PyObject *NgramIndex_get_last_ngram(NgramIndexObject *self, void *c)
 {
     (void)c;
     return PyLong_FromSize_t(self->last_ngram);
+}
+
+static PyObject *NgramIndex_get_hash_seed(NgramIndexObject *self, void *c)
+{
+    (void)c;
+    if (index_check(self) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(pld_index_key(self->index));
 }
 
 static PyObject *NgramIndex_get_policy(NgramIndexObject *self, void *c)
@@ -1221,6 +1554,9 @@ static PyMethodDef NgramIndex_methods[] = {
 static PyGetSetDef NgramIndex_getset[] = {
     {"nbytes", (getter)NgramIndex_get_nbytes, NULL, "Heap bytes owned by the index.", NULL},
     {"policy", (getter)NgramIndex_get_policy, NULL, "The match policy.", NULL},
+    {"hash_seed", (getter)NgramIndex_get_hash_seed, NULL,
+     "The key of the index's hash (random unless given as seed=): ids crafted to collide\n"
+     "under one key do not collide under another.", NULL},
     {"min_ngram_size", (getter)NgramIndex_get_min, NULL, "Smallest n-gram size.", NULL},
     {"max_ngram_size", (getter)NgramIndex_get_max, NULL, "Largest n-gram size.", NULL},
     {"last_ngram", (getter)NgramIndex_get_last_ngram, NULL,
@@ -1239,8 +1575,10 @@ static PyTypeObject NgramIndexType = {
     .tp_repr = (reprfunc)NgramIndex_repr,
     .tp_as_sequence = &NgramIndex_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "NgramIndex(max_ngram_size=3, min_ngram_size=1, policy='first')\n--\n\n"
-              "An incremental n-gram index over one growing token sequence.",
+    .tp_doc = "NgramIndex(max_ngram_size=3, min_ngram_size=1, policy='first', *, seed=None)\n--\n\n"
+              "An incremental n-gram index over one growing token sequence.\n\n"
+              "seed keys the index's hash (an int in [0, 2**64)); None draws a random key, so\n"
+              "ids crafted to collide cannot make extend slow. Proposals never depend on it.",
     .tp_methods = NgramIndex_methods,
     .tp_getset = NgramIndex_getset,
     .tp_init = (initproc)NgramIndex_init,
@@ -1261,17 +1599,10 @@ static int Generator_init(GeneratorObject *self, PyObject *args, PyObject *kwds)
     uint64_t s;
     if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Generator", kwlist, &seed))
         return -1;
-    if (seed == Py_None) {
-        s = (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)self ^ ((uint64_t)clock() << 32);
-    } else if (PyLong_Check(seed)) {
-        s = (uint64_t)PyLong_AsUnsignedLongLongMask(seed);
-        if (PyErr_Occurred())
-            return -1;
-    } else {
-        PyErr_Format(PyExc_TypeError, "seed must be an int or None, got %.100s",
-                     Py_TYPE(seed)->tp_name);
+    if (seed == Py_None)
+        s = random_u64();
+    else if (parse_seed(seed, "seed", &s) < 0)
         return -1;
-    }
     pld_rng_seed(&self->rng, s);
     return 0;
 }
@@ -1292,13 +1623,14 @@ static PyTypeObject GeneratorType = {
     .tp_name = "pld.Generator",
     .tp_basicsize = sizeof(GeneratorObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Generator(seed=None)\n--\n\nA seedable uniform generator (xoshiro256**).",
+    .tp_doc = "Generator(seed=None)\n--\n\nA seedable uniform generator (xoshiro256**).\n\n"
+              "seed: an int in [0, 2**64) (anything else is refused, never masked); None\n"
+              "seeds from the operating system.",
     .tp_methods = Generator_methods,
     .tp_init = (initproc)Generator_init,
     .tp_new = PyType_GenericNew,
 };
 
-static pld_rng default_rng;
 
 /* ============================================================== acceptance */
 
@@ -1311,68 +1643,40 @@ static PyObject *result_tuple(size_t n, const int64_t *tokens)
     return out;
 }
 
+/* The module's state: the generator accept_sample draws from when given
+ * none (reseeded in a forked child, see _reseed_after_fork). */
+typedef struct {
+    pld_rng default_rng;
+} module_state;
+
 static PyObject *py_accept_greedy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    token_input draft, chosen;
-    PyObject *out = NULL;
     int64_t *d = NULL, *c = NULL;
-    size_t i, n;
+    size_t k = 0, n_chosen = 0, n;
+    PyObject *out = NULL;
     (void)self;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "accept_greedy(draft, chosen) takes 2 arguments");
         return NULL;
     }
-    if (token_input_get(args[0], "draft", 0, &draft) < 0)
+    /* both copied as they are read: converting chosen may run Python code */
+    d = ids_copy(args[0], "draft", 0, &k);
+    if (d == NULL)
         return NULL;
-    if (token_input_get(args[1], "chosen", 0, &chosen) < 0) {
-        token_input_release(&draft);
-        return NULL;
-    }
-    if (chosen.len < draft.len + 1) {
-        PyErr_Format(PyExc_ValueError,
-                     "chosen: expected at least len(draft) + 1 = %zu ids, got %zu",
-                     draft.len + 1, chosen.len);
+    c = ids_copy(args[1], "chosen", 0, &n_chosen);
+    if (c == NULL)
+        goto error;
+    if (n_chosen < k + 1) {
+        PyErr_Format(PyExc_ValueError, "chosen: expected at least len(draft) + 1 = %zu ids, got %zu",
+                     k + 1, n_chosen);
         goto error;
     }
-    d = PyMem_Malloc((draft.len + 1) * sizeof(int64_t));
-    c = PyMem_Malloc((draft.len + 1) * sizeof(int64_t));
-    if (d == NULL || c == NULL) {
-        PyErr_NoMemory();
-        goto error;
-    }
-    for (i = 0; i < draft.len; i++)
-        d[i] = draft.is32 ? ((const int32_t *)draft.data)[i] : ((const int64_t *)draft.data)[i];
-    for (i = 0; i <= draft.len; i++)
-        c[i] = chosen.is32 ? ((const int32_t *)chosen.data)[i] : ((const int64_t *)chosen.data)[i];
-    n = pld_accept_greedy_ids(d, draft.len, c);
+    n = pld_accept_greedy_ids(d, k, c);
     out = result_tuple(n, c);
 error:
     PyMem_Free(d);
     PyMem_Free(c);
-    token_input_release(&draft);
-    token_input_release(&chosen);
     return out;
-}
-
-/* The draft as int64, owned by the caller (PyMem_Free). */
-static int64_t *draft_i64(PyObject *obj, size_t *k)
-{
-    token_input ti;
-    int64_t *d;
-    size_t i;
-    if (token_input_get(obj, "draft", 0, &ti) < 0)
-        return NULL;
-    d = PyMem_Malloc((ti.len + 1) * sizeof(int64_t));
-    if (d == NULL) {
-        token_input_release(&ti);
-        PyErr_NoMemory();
-        return NULL;
-    }
-    for (i = 0; i < ti.len; i++)
-        d[i] = ti.is32 ? ((const int32_t *)ti.data)[i] : ((const int64_t *)ti.data)[i];
-    *k = ti.len;
-    token_input_release(&ti);
-    return d;
 }
 
 static int check_rows(const float_input *fi, const char *arg, size_t k)
@@ -1390,33 +1694,29 @@ static PyObject *py_accept_greedy_logits(PyObject *self, PyObject *const *args, 
     float_input fi;
     int64_t *d = NULL, *out_tokens = NULL;
     size_t k = 0, n = 0;
-    pld_status st;
+    pld_status st = PLD_OK;
     PyObject *out = NULL;
     (void)self;
+    memset(&fi, 0, sizeof(fi));
     if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError,
-                        "accept_greedy_logits(draft, logits) takes 2 arguments");
+        PyErr_SetString(PyExc_TypeError, "accept_greedy_logits(draft, logits) takes 2 arguments");
         return NULL;
     }
-    d = draft_i64(args[0], &k);
+    d = ids_copy(args[0], "draft", 0, &k);
     if (d == NULL)
         return NULL;
-    if (float_input_get(args[1], "logits", &fi) < 0)
-        goto error;
-    if (check_rows(&fi, "logits", k) < 0)
-        goto error;
     out_tokens = PyMem_Malloc((k + 1) * sizeof(int64_t));
     if (out_tokens == NULL) {
         PyErr_NoMemory();
         goto error;
     }
-    if ((k + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS) {
-        Py_BEGIN_ALLOW_THREADS
-        st = pld_accept_greedy_logits(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, out_tokens, &n);
-        Py_END_ALLOW_THREADS
-    } else {
-        st = pld_accept_greedy_logits(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, out_tokens, &n);
-    }
+    /* the one argument read in place, taken last */
+    if (float_input_get(args[1], "logits", &fi) < 0 || check_rows(&fi, "logits", k) < 0)
+        goto error;
+    PLD_MAYBE_WITHOUT_GIL(
+        fi.gil_free_ok && (k + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS,
+        st = pld_accept_greedy_logits(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, out_tokens, &n));
+    float_input_release(&fi);
     if (st != PLD_OK) {
         raise_status(st, "logits");
         goto error;
@@ -1429,42 +1729,46 @@ error:
     return out;
 }
 
+/* need uniforms in [0, 1) from a sequence of floats, read from a snapshot. */
 static int parse_uniforms(PyObject *obj, size_t need, double *out)
 {
-    PyObject *fast = PySequence_Fast(obj, "");
+    static const char arg[] = "uniforms";
+    PyObject *items;
     Py_ssize_t i, n;
-    if (fast == NULL || PyUnicode_Check(obj) || PyBytes_Check(obj)) {
-        Py_XDECREF(fast);
-        PyErr_Clear();
-        PyErr_Format(PyExc_TypeError, "uniforms: expected a sequence of floats, got %.100s",
+    int rc = -1;
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of floats, got %.100s", arg,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    n = PySequence_Fast_GET_SIZE(fast);
-    if ((size_t)n != need) {
-        PyErr_Format(PyExc_ValueError, "uniforms: expected len(draft) + 1 = %zu values, got %zd",
-                     need, n);
-        Py_DECREF(fast);
+    items = sequence_snapshot(obj, arg);
+    if (items == NULL)
         return -1;
+    n = PyTuple_GET_SIZE(items);
+    if ((size_t)n != need) {
+        PyErr_Format(PyExc_ValueError, "%s: expected len(draft) + 1 = %zu values, got %zd", arg,
+                     need, n);
+        goto error;
     }
     for (i = 0; i < n; i++) {
-        double u = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        PyObject *item = PyTuple_GET_ITEM(items, i);
+        double u = PyFloat_AsDouble(item); /* may run __float__ */
         if (u == -1.0 && PyErr_Occurred()) {
-            PyErr_Clear();
-            PyErr_SetString(PyExc_TypeError, "uniforms: expected floats");
-            Py_DECREF(fast);
-            return -1;
+            if (error_is_replaceable(0))
+                raise_from_pending(NULL, "%s: expected floats, got %.100s", arg,
+                                   Py_TYPE(item)->tp_name);
+            goto error;
         }
         if (!(u >= 0.0 && u < 1.0)) {
-            PyErr_Format(PyExc_ValueError, "uniforms: values must lie in [0, 1), got %R",
-                         PySequence_Fast_GET_ITEM(fast, i));
-            Py_DECREF(fast);
-            return -1;
+            PyErr_Format(PyExc_ValueError, "%s: values must lie in [0, 1), got %R", arg, item);
+            goto error;
         }
         out[i] = u;
     }
-    Py_DECREF(fast);
-    return 0;
+    rc = 0;
+error:
+    Py_DECREF(items);
+    return rc;
 }
 
 static PyObject *py_accept_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -1476,8 +1780,7 @@ static PyObject *py_accept_sample(PyObject *self, PyObject *const *args, Py_ssiz
     int64_t *d = NULL, *out_tokens = NULL;
     double *u = NULL;
     size_t k = 0, n = 0, i;
-    pld_status st;
-    (void)self;
+    pld_status st = PLD_OK;
     memset(&fi, 0, sizeof(fi));
     if (parse_fast_args("accept_sample", args, nargs, kwnames, names, 4, 2, a) < 0)
         return NULL;
@@ -1490,11 +1793,10 @@ static PyObject *py_accept_sample(PyObject *self, PyObject *const *args, Py_ssiz
                      Py_TYPE(a[2])->tp_name);
         return NULL;
     }
-    d = draft_i64(a[0], &k);
+    /* every conversion that can run Python code first: draft, uniforms */
+    d = ids_copy(a[0], "draft", 0, &k);
     if (d == NULL)
         return NULL;
-    if (float_input_get(a[1], "probs", &fi) < 0 || check_rows(&fi, "probs", k) < 0)
-        goto error;
     u = PyMem_Malloc((k + 1) * sizeof(double));
     out_tokens = PyMem_Malloc((k + 1) * sizeof(int64_t));
     if (u == NULL || out_tokens == NULL) {
@@ -1505,18 +1807,19 @@ static PyObject *py_accept_sample(PyObject *self, PyObject *const *args, Py_ssiz
         if (parse_uniforms(a[3], k + 1, u) < 0)
             goto error;
     } else {
-        pld_rng *rng = (a[2] != NULL && a[2] != Py_None) ? &((GeneratorObject *)a[2])->rng
-                                                          : &default_rng;
+        pld_rng *rng = (a[2] != NULL && a[2] != Py_None)
+                           ? &((GeneratorObject *)a[2])->rng
+                           : &((module_state *)PyModule_GetState(self))->default_rng;
         for (i = 0; i <= k; i++)
             u[i] = pld_rng_uniform(rng);
     }
-    if ((k + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS) {
-        Py_BEGIN_ALLOW_THREADS
-        st = pld_accept_sample(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, u, out_tokens, &n);
-        Py_END_ALLOW_THREADS
-    } else {
-        st = pld_accept_sample(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, u, out_tokens, &n);
-    }
+    /* then the one argument read in place */
+    if (float_input_get(a[1], "probs", &fi) < 0 || check_rows(&fi, "probs", k) < 0)
+        goto error;
+    PLD_MAYBE_WITHOUT_GIL(
+        fi.gil_free_ok && (k + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS,
+        st = pld_accept_sample(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, u, out_tokens, &n));
+    float_input_release(&fi);
     if (st != PLD_OK) {
         raise_status(st, "probs");
         goto error;
@@ -1532,31 +1835,48 @@ error:
 
 /* ================================================================== module */
 
-/* _ngram_tag(tokens) -> int: the index's tag of the n-gram `tokens`. */
-static PyObject *py_ngram_tag(PyObject *self, PyObject *tokens)
+/* _ngram_tag(tokens, seed=0) -> int: the tag an index keyed by seed files
+ * the n-gram `tokens` under. */
+static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    token_input ti;
-    int64_t key[PLD_MAX_NGRAM + 1];
-    size_t i;
+    int64_t *key;
+    size_t n = 0;
+    uint64_t seed = 0;
+    PyObject *out = NULL;
     (void)self;
-    if (token_input_get(tokens, "tokens", 0, &ti) < 0)
-        return NULL;
-    if (ti.len < 1 || ti.len > PLD_MAX_NGRAM + 1) {
-        token_input_release(&ti);
-        PyErr_Format(PyExc_ValueError, "tokens must hold 1 to %d ids, got %zu",
-                     PLD_MAX_NGRAM + 1, ti.len);
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "_ngram_tag(tokens, seed=0) takes 1 or 2 arguments");
         return NULL;
     }
-    for (i = 0; i < ti.len; i++)
-        key[i] = ti.is32 ? ((const int32_t *)ti.data)[i] : ((const int64_t *)ti.data)[i];
-    i = ti.len;
-    token_input_release(&ti);
-    return PyLong_FromUnsignedLong(pld_index_ngram_tag(key, i, 0));
+    if (nargs == 2 && parse_seed(args[1], "seed", &seed) < 0)
+        return NULL;
+    key = ids_copy(args[0], "tokens", 0, &n);
+    if (key == NULL)
+        return NULL;
+    if (n < 1 || n > PLD_MAX_NGRAM + 1)
+        PyErr_Format(PyExc_ValueError, "tokens must hold 1 to %d ids, got %zu", PLD_MAX_NGRAM + 1,
+                     n);
+    else
+        out = PyLong_FromUnsignedLong(pld_index_ngram_tag(key, n, seed));
+    PyMem_Free(key);
+    return out;
+}
+
+/* Registered with os.register_at_fork: a forked child draws its own
+ * numbers, not the parent's. */
+static PyObject *py_reseed_after_fork(PyObject *self, PyObject *unused)
+{
+    (void)unused;
+    pld_rng_seed(&((module_state *)PyModule_GetState(self))->default_rng, random_u64());
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
-    {"_ngram_tag", (PyCFunction)py_ngram_tag, METH_O,
-     "_ngram_tag(tokens) -> int: the index's hash tag of an n-gram (for tests)"},
+    {"_ngram_tag", (PyCFunction)(void (*)(void))py_ngram_tag, METH_FASTCALL,
+     "_ngram_tag(tokens, seed=0) -> int: the hash tag of an n-gram in an index keyed by seed "
+     "(for tests)"},
+    {"_reseed_after_fork", (PyCFunction)py_reseed_after_fork, METH_NOARGS,
+     "_reseed_after_fork(): reseed the default generator (run in a forked child)"},
     {"_find_candidate", (PyCFunction)(void (*)(void))py_find_candidate, METH_FASTCALL,
      "_find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics, "
      "max_length, eos_token_id) -> (start, count)"},
@@ -1571,39 +1891,82 @@ static PyMethodDef module_methods[] = {
     {"accept_sample", (PyCFunction)(void (*)(void))py_accept_sample, METH_FASTCALL | METH_KEYWORDS,
      "accept_sample(draft, probs, *, generator=None, uniforms=None)\n--\n\n"
      "Exact speculative sampling of a deterministic draft against [k+1, V] probabilities.\n"
-     "Returns (n, tokens)."},
+     "Returns (n, tokens). Without generator or uniforms it draws from the module's\n"
+     "generator, seeded from the operating system and reseeded in a forked child."},
     {NULL, NULL, 0, NULL}};
+
+/* Module objects alive that may use the int cache (it is freed with the
+ * last one). */
+static Py_ssize_t int_cache_users;
+
+static int module_exec(PyObject *m)
+{
+    module_state *state = PyModule_GetState(m);
+    PyObject *os = NULL, *reseed = NULL, *reg = NULL, *args = NULL, *kw = NULL, *r = NULL;
+    int rc = -1;
+    pld_rng_seed(&state->default_rng, random_u64());
+    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&GeneratorType) < 0)
+        return -1;
+    if (PyModule_AddObjectRef(m, "NgramIndex", (PyObject *)&NgramIndexType) < 0 ||
+        PyModule_AddObjectRef(m, "Generator", (PyObject *)&GeneratorType) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_NGRAM", PLD_MAX_NGRAM) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_DRAFT", PLD_MAX_DRAFT) < 0 ||
+        PyModule_AddObject(m, "MAX_TOKENS", PyLong_FromSize_t(PLD_INDEX_MAX_TOKENS)) < 0)
+        return -1;
+    /* the int cache serves the main interpreter only (see cached_int) */
+    if (PyInterpreterState_Get() == PyInterpreterState_Main()) {
+        if (int_cache == NULL)
+            int_cache = calloc((size_t)PLD_INT_CACHE_IDS, sizeof(PyObject *)); /* NULL: none */
+        int_cache_users++;
+    }
+    os = PyImport_ImportModule("os");
+    if (os == NULL)
+        goto done;
+    reg = PyObject_GetAttrString(os, "register_at_fork");
+    if (reg == NULL) { /* a platform without fork */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            goto done;
+        PyErr_Clear();
+        rc = 0;
+        goto done;
+    }
+    reseed = PyObject_GetAttrString(m, "_reseed_after_fork");
+    if (reseed == NULL)
+        goto done;
+    args = PyTuple_New(0);
+    kw = Py_BuildValue("{sO}", "after_in_child", reseed);
+    if (args == NULL || kw == NULL)
+        goto done;
+    r = PyObject_Call(reg, args, kw);
+    if (r != NULL)
+        rc = 0;
+done:
+    Py_XDECREF(os);
+    Py_XDECREF(reg);
+    Py_XDECREF(reseed);
+    Py_XDECREF(args);
+    Py_XDECREF(kw);
+    Py_XDECREF(r);
+    return rc;
+}
 
 static void module_free(void *module)
 {
     (void)module;
-    int_cache_clear();
+    if (PyInterpreterState_Get() == PyInterpreterState_Main() && int_cache_users > 0 &&
+        --int_cache_users == 0)
+        int_cache_clear();
 }
 
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, (void *)module_exec},
+    {0, NULL}};
+
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "pld._core", "The C core of pld.", -1, module_methods,
-    NULL, NULL, NULL, module_free};
+    PyModuleDef_HEAD_INIT, "pld._core", "The C core of pld.", sizeof(module_state),
+    module_methods, module_slots, NULL, NULL, module_free};
 
 PyMODINIT_FUNC PyInit__core(void)
 {
-    PyObject *m;
-    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&GeneratorType) < 0)
-        return NULL;
-    m = PyModule_Create(&module_def);
-    if (m == NULL)
-        return NULL;
-    int_cache = calloc((size_t)PLD_INT_CACHE_IDS, sizeof(PyObject *)); /* NULL: no cache */
-    pld_rng_seed(&default_rng, (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32));
-    Py_INCREF(&NgramIndexType);
-    if (PyModule_AddObject(m, "NgramIndex", (PyObject *)&NgramIndexType) < 0)
-        goto error;
-    Py_INCREF(&GeneratorType);
-    if (PyModule_AddObject(m, "Generator", (PyObject *)&GeneratorType) < 0)
-        goto error;
-    if (PyModule_AddIntConstant(m, "MAX_NGRAM", PLD_MAX_NGRAM) < 0)
-        goto error;
-    return m;
-error:
-    Py_DECREF(m);
-    return NULL;
+    return PyModuleDef_Init(&module_def);
 }

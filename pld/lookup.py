@@ -1,11 +1,12 @@
 """find_candidate_pred_tokens: the method's lookup, answered by the C core.
 
 The core returns where the draft lies in the input's only row, so the answer
-is a slice of the input: a view for tensors and NumPy arrays (on the input's
-device), a list for everything else.
+is a slice of the input for tensors and NumPy arrays (a view, on the input's
+device), and a list of the ids the core read for everything else.
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Optional, Union
 
 from . import _core
@@ -17,8 +18,13 @@ def _is_torch_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "device")
 
 
-def _is_numpy_array(obj: Any) -> bool:
-    return type(obj).__module__ == "numpy" and hasattr(obj, "ndim")
+def _numpy_array(obj: Any) -> Any:
+    """obj as a plain NumPy ndarray (a view: np.matrix and other subclasses
+    index differently), or None if it is not one."""
+    np = sys.modules.get("numpy")
+    if np is None or not isinstance(obj, np.ndarray):
+        return None
+    return obj.view(np.ndarray)
 
 
 def find_candidate_pred_tokens(
@@ -56,21 +62,16 @@ def find_candidate_pred_tokens(
             max_length, eos_token_id)
         row = input_ids[0] if input_ids.dim() == 2 else input_ids
         return row[start:start + count].long()  # no copy when already int64
-    start, count = _core._find_candidate(
-        input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
-        max_length, eos_token_id)
-    if _is_numpy_array(input_ids):
-        row = input_ids[0] if input_ids.ndim == 2 else input_ids
+    array = _numpy_array(input_ids)
+    if array is not None:
+        start, count = _core._find_candidate(
+            array, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
+            max_length, eos_token_id)
+        row = array[0] if array.ndim == 2 else array
         return row[start:start + count]
-    if isinstance(input_ids, (list, tuple)):
-        row = input_ids[0] if input_ids and isinstance(input_ids[0], (list, tuple)) else input_ids
-        return [int(t) for t in row[start:start + count]]
-    try:
-        view = memoryview(input_ids)
-    except TypeError:  # another sequence of ints, e.g. a range
-        return [int(t) for t in input_ids[start:start + count]]
-    with view:
-        rows = view.tolist()
-        two_d = view.ndim == 2
-    return (rows[0] if two_d else rows)[start:start + count]
-
+    # lists, buffers, other DLPack producers: the ids as the core read them
+    # (a list that Python code changed meanwhile does not matter)
+    _, _, draft = _core._find_candidate(
+        input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
+        max_length, eos_token_id, True)
+    return draft

@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 import pld
+from pld.bench.flood import crafted_ids
 
 _PRELUDE = """
 import ctypes, gc, os, sys, threading
@@ -576,28 +577,6 @@ assert mine not in got, ("a child drew what the parent draws", mine, got)
 
 
 # ======================================================= 7. hash flooding
-
-def _unmix32(tag: int) -> int:
-    """Inverse of the key-0 unigram tag (see tests/test_index.py)."""
-    m = 2**32
-    x = tag ^ (tag >> 16)
-    x = (x * pow(0x846CA68B, -1, m)) % m
-    x ^= (x >> 15) ^ (x >> 30)
-    x = (x * pow(0x7FEB352D, -1, m)) % m
-    return x ^ (x >> 16)
-
-
-def crafted_ids(count: int, seed: int = 0) -> list:
-    """Ids >= 2^20 (outside the direct unigram array) whose unigram tags
-    under `seed` share their low 16 bits: one home slot for all of them."""
-    out, r = [], 1
-    while len(out) < count:
-        x = _unmix32((r << 16) & 0xFFFFFFFF)
-        r += 1
-        if x >= 1 << 20 and pld._core._ngram_tag([x], seed) & 0xFFFF == 0:
-            out.append(x)
-    return out
-
 
 def test_index_hash_is_keyed_per_index():
     ids = crafted_ids(2000)

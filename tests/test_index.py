@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pld
+from pld.bench.flood import _unmix32
 from reference import ReferenceIndex
 from reference import _lookup as lookup_reference
 
@@ -333,27 +334,15 @@ def test_extend_accepts_torch_tensors():
     assert ix.propose(2) == pld.find_candidate_pred_tokens(seq, 2, 2)
 
 
-def _unmix32(tag: int) -> int:
-    """The id in [0, 2^32) whose unigram tag is `tag`: the inverse of the
-    32-bit bijection that csrc/pld_index.c files unigrams under (the caller
-    checks the result with _ngram_tag, so a changed mix fails loudly)."""
-    m = 2**32
-    x = tag ^ (tag >> 16)
-    x = (x * pow(0x846CA68B, -1, m)) % m
-    x ^= (x >> 15) ^ (x >> 30)
-    x = (x * pow(0x7FEB352D, -1, m)) % m
-    return x ^ (x >> 16)
-
-
 @pytest.mark.parametrize("wide", [2**40 + 12345, -7, 2**63 - 1])
 def test_unigram_tag_collision_with_wide_id(wide):
     # A unigram probe trusts a matching tag while every unigram seen is in
     # [0, 2^32). An id outside that range has a tag from the general hash,
     # which some in-range id shares: the index must still tell them apart.
-    tag = pld._core._ngram_tag([wide])
-    twin = _unmix32(tag)
+    tag = pld._core._ngram_tag([wide], 0)
+    twin = _unmix32(tag)  # (the inverse of the key-0 mix)
     assert 0 <= twin < 2**32
-    assert pld._core._ngram_tag([twin]) == tag  # the two ids collide
+    assert pld._core._ngram_tag([twin], 0) == tag  # the two ids collide under key 0
     streams = [
         [twin, 1, wide, 2, twin, 3, wide, 4, twin],
         [wide, 1, twin, 2, wide, 3, twin, 4, wide],
@@ -361,7 +350,7 @@ def test_unigram_tag_collision_with_wide_id(wide):
     ]
     for policy in ("first", "recent", "frequent"):
         for seq in streams:
-            ix = pld.NgramIndex(2, 1, policy)
+            ix = pld.NgramIndex(2, 1, policy, seed=0)
             ref = ReferenceIndex(2, 1, policy)
             for t in seq:
                 ix.extend(t)
