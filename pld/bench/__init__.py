@@ -6,6 +6,8 @@ Subcommands (see ``python -m pld bench --help``):
   lookup   time per generation step of the draft lookup against context
            length: plain-torch and transformers baselines, a pure-Python
            dict index, pld's one-shot C scan and pld.NgramIndex.
+  flood    extend of ids crafted to collide in one hash slot against random
+           ids (the index's hash is keyed per index).
   generation
            the speedup tables: tokens/s of greedy, transformers' prompt
            lookup and pld per task (summarization, RAG, two-turn chat,
@@ -20,6 +22,7 @@ tqdm); torch and transformers are used when importable.
 SUBCOMMANDS = {
     "generation": ("generation", "speedup tables: greedy vs transformers' prompt lookup vs pld, per task"),
     "lookup": ("lookup", "time per step of the draft lookup vs context length"),
+    "flood": ("flood", "extend of ids crafted to collide in the index's hash vs random ids"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 

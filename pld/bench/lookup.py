@@ -17,6 +17,12 @@ For each stream (real tokenized text, random ids) and context length L:
                       step = propose(10, out=buffer) + extend(token): the
                       draft written into a NumPy int64 array (no list, no
                       int objects), as pld's loop proposes on the CPU.
+  compared build: NgramIndex[first] (and its out=buffer form)
+                      with --compare-build SO: another build of the
+                      extension (say, the previous commit's), stepping in
+                      the same rounds; ratio rows compare the two.
+
+pld's indexes use hash seed --seed (default 0), so a run is reproducible.
 
 One-shot methods run on the contexts stream[:L + s] for a few offsets s
 (the same contexts the indexes pass through), in timed batches, until
@@ -70,6 +76,8 @@ M_IDX = "pld.NgramIndex[{}]"
 POLICIES = ("first", "recent", "frequent")
 IDX_FIRST = M_IDX.format("first")
 IDX_OUT = IDX_FIRST + ", out=buffer"
+M_PREV = "compared build: NgramIndex[first]"
+M_PREV_OUT = M_PREV + ", out=buffer"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -101,8 +109,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="torch intra-op threads for the torch baselines (default 1: a "
                    "lookup step is latency-bound, and on a busy or small machine "
                    "torch's thread pool adds ms-scale wake-up stalls; 0 = torch's default)")
+    p.add_argument("--compare-build", metavar="SO", default=None,
+                   help="path of another build of pld's extension (pld/_core*.so): its "
+                   "NgramIndex[first] steps in the same rounds, side by side")
+    p.add_argument("--seed", type=int, default=0,
+                   help="hash seed of pld's indexes (default 0: a reproducible layout)")
     p.add_argument("--out", default=os.path.join("bench-out", "lookup"),
                    help="output directory (default bench-out/lookup)")
+
+
+def load_build(path: str):
+    """Another build of pld's extension module, loaded beside this one (as
+    module pld_compared_build._core), for side-by-side timing."""
+    import importlib.util
+
+    if not os.path.isfile(path):
+        raise SystemExit(f"--compare-build: no such file: {path}")
+    spec = importlib.util.spec_from_file_location("pld_compared_build._core", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"--compare-build: {path} is not an extension module")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ------------------------------------------------------------------ timing
@@ -327,6 +355,14 @@ def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
             a, b = cells.get(str(L), {}).get("us"), first.get(str(L), {}).get("us")
             ratios.append(_fmt_ratio(a / b) if a and b else "-")
         rows.append(f"| *{other} / NgramIndex[first]* | " + " | ".join(ratios) + " |")
+    for mine, theirs in ((IDX_FIRST, M_PREV), (IDX_OUT, M_PREV_OUT)):
+        a_cells, b_cells = res.get(mine, {}), res.get(theirs, {})
+        if b_cells:
+            ratios = []
+            for L in sizes:
+                a, b = a_cells.get(str(L), {}).get("us"), b_cells.get(str(L), {}).get("us")
+                ratios.append(_fmt_ratio(a / b) if a and b else "-")
+            rows.append(f"| *{mine} / {theirs}* | " + " | ".join(ratios) + " |")
     return "\n".join(rows)
 
 
@@ -540,8 +576,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"harness floor (the step loop with two builtin calls): {floor:.3f} us/step")
 
     need = sizes[-1] + 2 * rounds * segment + 16
+    compared = load_build(args.compare_build) if args.compare_build else None
     methods = [M_TORCH, M_HF, M_DICT, M_FIND, IDX_FIRST, IDX_OUT] + [
-        M_IDX.format(p) for p in POLICIES[1:]]
+        M_IDX.format(p) for p in POLICIES[1:]] + ([M_PREV, M_PREV_OUT] if compared else [])
     results: Dict[str, Dict] = {}
     n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
     bar = tqdm(total=n_cells, unit="cell", dynamic_ncols=True) if tqdm else None
@@ -594,18 +631,25 @@ def run(args: argparse.Namespace) -> int:
                 del chk
             cidx = {}
             for pol in POLICIES:
-                ix = pld.NgramIndex(MAX_N, MIN_N, pol)
+                ix = pld.NgramIndex(MAX_N, MIN_N, pol, seed=args.seed)
                 ix.extend(toks[:L])
                 mres[M_IDX.format(pol)][key] = ix.nbytes / L
                 ix.reserve(segment)  # as pld's loop reserves max_new_tokens
                 cidx[M_IDX.format(pol)] = ix
-            into = pld.NgramIndex(MAX_N, MIN_N, "first")  # its own index: same state, own caches
+            into = pld.NgramIndex(MAX_N, MIN_N, "first", seed=args.seed)  # its own index: same state, own caches
             into.extend(toks[:L])
             into.reserve(segment)
             group = dict(cidx)
             group[IDX_OUT] = into
             group[M_DICT] = didx
             outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
+            if compared is not None:
+                for name in (M_PREV, M_PREV_OUT):
+                    other = compared.NgramIndex(MAX_N, MIN_N, "first")
+                    other.extend(toks[:L])
+                    other.reserve(segment)
+                    group[name] = other
+                outs[M_PREV_OUT] = np.zeros(K, dtype=np.int64)
             for name, stats in time_steps(group, L, per_round, batch, outs).items():
                 tres[name][key] = stats
             for name, ix in cidx.items():

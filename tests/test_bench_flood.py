@@ -1,0 +1,37 @@
+"""The hash-flooding benchmark (python -m pld.bench flood) runs end to end and
+reports every cell; its crafted ids share one home under key 0."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pld
+from pld.bench.flood import crafted_ids, random_ids
+
+
+def test_crafted_ids_share_one_home_under_key_0_only():
+    ids = crafted_ids(500)
+    assert len(set(ids)) == 500 and min(ids) >= 1 << 20
+    assert {pld._core._ngram_tag([x], 0) & 0xFFFF for x in ids} == {0}
+    assert len({pld._core._ngram_tag([x], 7) & 0xFFFF for x in ids}) > 400
+    assert min(random_ids(100)) >= 1 << 20
+
+
+def test_flood_benchmark_runs(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pld.bench", "flood", "--count", "500", "--repeats", "1",
+         "--policies", "first,recent", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "criterion: crafted within 5x" in proc.stdout
+    res = json.loads((tmp_path / "results.json").read_text())["results"]
+    assert set(res) == {"first", "recent"}
+    for cells in res.values():
+        assert set(cells) == {"keyed (random)", "key 0"}
+        for c in cells.values():
+            assert c["random"] > 0 and c["crafted"] > 0
+            assert abs(c["ratio"] - c["crafted"] / c["random"]) < 1e-9
+    table = (tmp_path / "table.md").read_text()
+    assert table.count("| first |") == 2 and table.count("| recent |") == 2
