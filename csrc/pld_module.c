@@ -493,8 +493,26 @@ static int load_id(const char *p, char kind, int itemsize, const char *arg, int6
     }
 }
 
-/* An id from an int or anything with __index__ (which may run Python code:
- * call it before any view of caller memory is taken). */
+/* obj as an int (a new reference) through __index__, which may run Python
+ * code: call it before any view of caller memory is taken. A float, an
+ * object without __index__ and (refuse_bool) a bool are a TypeError; an
+ * error from __index__ is replaced as error_type (NULL: see
+ * raise_from_pending) if it may be. fmt takes arg and the type's name. */
+static PyObject *int_from_index(PyObject *obj, const char *arg, int refuse_bool,
+                                PyObject *error_type, const char *fmt)
+{
+    PyObject *index;
+    if ((refuse_bool && PyBool_Check(obj)) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
+        PyErr_Format(PyExc_TypeError, fmt, arg, Py_TYPE(obj)->tp_name);
+        return NULL;
+    }
+    index = PyNumber_Index(obj);
+    if (index == NULL && error_is_replaceable(0))
+        raise_from_pending(error_type, fmt, arg, Py_TYPE(obj)->tp_name);
+    return index;
+}
+
+/* An id from an int or anything with __index__ (see int_from_index). */
 static int id_from_object(PyObject *item, const char *arg, int64_t *out)
 {
     int overflow = 0;
@@ -503,17 +521,9 @@ static int id_from_object(PyObject *item, const char *arg, int64_t *out)
     if (PyLong_CheckExact(item)) {
         v = PyLong_AsLongLongAndOverflow(item, &overflow);
     } else {
-        if (PyFloat_Check(item) || !PyIndex_Check(item)) {
-            PyErr_Format(PyExc_TypeError, "%s: expected int token ids, got %.100s", arg,
-                         Py_TYPE(item)->tp_name);
-            return -1;
-        }
-        index = PyNumber_Index(item);
+        index = int_from_index(item, arg, 0, NULL, "%s: expected int token ids, got %.100s");
         if (index == NULL)
-            return error_is_replaceable(0)
-                       ? raise_from_pending(NULL, "%s: expected int token ids, got %.100s", arg,
-                                            Py_TYPE(item)->tp_name)
-                       : -1;
+            return -1;
         v = PyLong_AsLongLongAndOverflow(index, &overflow);
         Py_DECREF(index);
     }
@@ -804,18 +814,10 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
 static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t max,
                       size_t *out)
 {
-    PyObject *index;
+    PyObject *index = int_from_index(obj, arg, 1, PyExc_TypeError, "%s must be an int, got %.100s");
     Py_ssize_t v;
-    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int, got %.100s", arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    index = PyNumber_Index(obj);
     if (index == NULL)
-        return error_is_replaceable(0)
-                   ? raise_from_pending(PyExc_TypeError, "%s must be an int, got %.100s", arg,
-                                        Py_TYPE(obj)->tp_name)
-                   : -1;
+        return -1;
     v = PyLong_AsSsize_t(index);
     if (v == -1 && PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
@@ -840,19 +842,11 @@ static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t
 /* A seed in [0, 2^64) from an int or anything with __index__. */
 static int parse_seed(PyObject *obj, const char *arg, uint64_t *out)
 {
-    PyObject *index;
+    PyObject *index = int_from_index(obj, arg, 1, PyExc_TypeError,
+                                     "%s must be an int in [0, 2**64) or None, got %.100s");
     unsigned long long v;
-    if (PyBool_Check(obj) || PyFloat_Check(obj) || !PyIndex_Check(obj)) {
-        PyErr_Format(PyExc_TypeError, "%s must be an int in [0, 2**64) or None, got %.100s", arg,
-                     Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    index = PyNumber_Index(obj);
     if (index == NULL)
-        return error_is_replaceable(0)
-                   ? raise_from_pending(PyExc_TypeError, "%s must be an int, got %.100s", arg,
-                                        Py_TYPE(obj)->tp_name)
-                   : -1;
+        return -1;
     v = PyLong_AsUnsignedLongLong(index);
     if (v == (unsigned long long)-1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_OverflowError)) {

@@ -469,6 +469,7 @@ def test_replaced_errors_keep_their_cause():
 
 # ================================================= 5. the Python edge
 
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix itself
 def test_numpy_matrix_answers_like_an_array():
     seq = [1, 2, 3, 4, 1, 2]
     got = pld.find_candidate_pred_tokens(np.matrix([seq]), 2, 2)
