@@ -21,7 +21,7 @@ from transformers.generation import utils as _gen_utils
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from . import _core, loop
-from .linear_kernel import MODES
+from .config import DecodeConfig
 
 logger = logging.getLogger("pld")
 
@@ -129,8 +129,15 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
 # --------------------------------------------------------------- the switch
 
 _original: dict = {}
-# Options of the native loop while enabled (set by enable()).
-_options: dict = {"cost_aware": True, "linear_kernel": "auto"}
+# DecodeConfig fields a generate() call sets from its generation_config;
+# enable() takes the others.
+_FROM_GENERATION_CONFIG = ("max_new_tokens", "num_pred_tokens", "max_ngram_size", "eos_token_id",
+                           "do_sample", "temperature", "top_k", "top_p", "output_scores",
+                           "output_logits")
+_ENABLE_OPTIONS = tuple(n for n in DecodeConfig.option_names() if n not in _FROM_GENERATION_CONFIG)
+# The native loop's options while enabled (enable()'s, over DecodeConfig's
+# defaults); each call fills in what its generation_config says.
+_options: dict = {}
 
 
 def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwargs: dict) -> Optional[str]:
@@ -191,24 +198,16 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA]
     streamer = named.get("streamer")
     want_dict = config.return_dict_in_generate
-    result = loop.run(
-        self,
-        input_ids,
-        cache=model_kwargs["past_key_values"],
-        max_new_tokens=max(0, config.max_length - input_ids.shape[1]),
-        num_pred_tokens=config.prompt_lookup_num_tokens,
-        max_ngram_size=config.max_matching_ngram_size or 2,
-        eos_token_ids=_eos_list(getattr(config, "_eos_token_tensor", None)),
-        attention_mask=model_kwargs.get("attention_mask"),
-        logits_processor=named["logits_processor"],
-        stopping_criteria=criteria,
-        do_sample=bool(config.do_sample),
-        streamer=streamer,
-        output_scores=bool(want_dict and config.output_scores),
-        output_logits=bool(want_dict and config.output_logits),
-        cost_aware=_options["cost_aware"],
-        linear_kernel=_options["linear_kernel"],
-    )
+    budget = config.max_length - input_ids.shape[1]
+    if budget <= 0:  # nothing to generate: plain decoding returns the prompt
+        result = loop.LoopResult(sequences=input_ids, stats=loop.LoopStats(), scores=(), logits=(),
+                                 past_key_values=model_kwargs["past_key_values"])
+    else:
+        result = loop.run(
+            self, input_ids, _decode_config(config, budget, want_dict),
+            cache=model_kwargs["past_key_values"], attention_mask=model_kwargs.get("attention_mask"),
+            logits_processor=named["logits_processor"], stopping_criteria=criteria,
+            streamer=streamer)
     if streamer is not None:
         streamer.end()
     if want_dict:
@@ -219,6 +218,21 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
             past_key_values=result.past_key_values,
         )
     return result.sequences
+
+
+def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
+    """The native loop's options for a generate() call: enable()'s, and what
+    its generation_config asks for."""
+    return DecodeConfig(**{
+        **_options,
+        "max_new_tokens": budget,
+        "num_pred_tokens": config.prompt_lookup_num_tokens,
+        "max_ngram_size": config.max_matching_ngram_size or 2,
+        "eos_token_id": _eos_list(getattr(config, "_eos_token_tensor", None)),
+        "do_sample": bool(config.do_sample),  # (its warpers come as logits processors)
+        "output_scores": bool(want_dict and config.output_scores),
+        "output_logits": bool(want_dict and config.output_logits),
+    })
 
 
 def _within_max_length(output: Any, config: Any) -> Any:
@@ -239,8 +253,13 @@ def _within_max_length(output: Any, config: Any) -> Any:
     return output
 
 
-def enable(*, cost_aware: bool = True, linear_kernel: str = "auto") -> None:
+def enable(**options: Any) -> None:
     """Route prompt-lookup generation through pld (idempotent).
+
+    ``options`` are :class:`pld.config.DecodeConfig` fields that a
+    generate() call does not set itself (``cost_aware``, ``linear_kernel``,
+    ``adaptive``, ``policy``, ``min_ngram_size``, ``semantics``); they are
+    validated now and hold until the next enable() or disable().
 
     ``cost_aware`` (default on): the native loop drops drafts from match
     sizes that have not paid for their verification on this machine (see
@@ -253,12 +272,15 @@ def enable(*, cost_aware: bool = True, linear_kernel: str = "auto") -> None:
     ``linear_kernel`` (default ``"auto"``): while the native loop runs, a
     float32 model on the CPU computes its linear layers with oneDNN, which
     reads the weights once for a few tokens, where torch's default kernel
-    makes a verification forward cost about two one-token forwards
+    makes a verification forward cost several one-token forwards
     (:mod:`pld.linear_kernel`); ``"torch"`` keeps torch's kernel."""
-    if linear_kernel not in MODES:
-        raise ValueError(f"linear_kernel: expected one of {MODES}, got {linear_kernel!r}")
-    _options["cost_aware"] = bool(cost_aware)
-    _options["linear_kernel"] = linear_kernel
+    refused = sorted(set(options) - set(_ENABLE_OPTIONS))
+    if refused:
+        raise TypeError(f"enable() got options {refused}; it takes {_ENABLE_OPTIONS} (a "
+                        "generate() call sets the others from its generation_config)")
+    DecodeConfig(**options)  # validated now, with the caller's names
+    _options.clear()
+    _options.update(options)
     if _original:
         return
     _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
@@ -269,6 +291,7 @@ def enable(*, cost_aware: bool = True, linear_kernel: str = "auto") -> None:
 
 def disable() -> None:
     """Restore transformers exactly as it was (idempotent)."""
+    _options.clear()
     if not _original:
         return
     _gen_utils.PromptLookupCandidateGenerator = _original.pop("PromptLookupCandidateGenerator")
@@ -280,13 +303,15 @@ def is_enabled() -> bool:
 
 
 @contextlib.contextmanager
-def enabled(*, cost_aware: bool = True, linear_kernel: str = "auto") -> Iterator[None]:
-    """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``"""
+def enabled(**options: Any) -> Iterator[None]:
+    """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``
+    (options as for :func:`enable`)."""
     was, before = is_enabled(), dict(_options)
-    enable(cost_aware=cost_aware, linear_kernel=linear_kernel)
+    enable(**options)
     try:
         yield
     finally:
-        _options.update(before)
         if not was:
             disable()
+        _options.clear()
+        _options.update(before)

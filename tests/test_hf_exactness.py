@@ -315,7 +315,7 @@ def test_the_loop_obeys_the_cost_gate(monkeypatch, allow):
     import torch
     from transformers import DynamicCache
 
-    from pld import loop
+    from pld import decoder, loop
 
     seen = []
 
@@ -331,7 +331,7 @@ def test_the_loop_obeys_the_cost_gate(monkeypatch, allow):
             assert seconds > 0 and (ngram > 0) == (proposed > 0)
             seen.append(proposed)
 
-    monkeypatch.setattr(loop, "CostGate", FixedGate)
+    monkeypatch.setattr(decoder, "CostGate", FixedGate)
     model = mf.tiny_model("llama")
     rng = random.Random("gate")
     proposed = 0

@@ -102,17 +102,20 @@ def test_growing_buffers_keep_greedy_tokens(arch, monkeypatch):
     """A start of 2 new tokens (plus a draft): the buffers grow several times
     in a short run; pld.generate and the enable() path give plain greedy's
     tokens."""
-    from pld import loop
+    from pld import decoder
+    from pld.sequence_buffer import SequenceBuffer
 
-    monkeypatch.setattr(loop, "INITIAL_NEW_TOKENS", 2)
+    monkeypatch.setattr(decoder, "INITIAL_NEW_TOKENS", 2)
     grown = []
-    real_grow = loop._grow
+    real_ensure = SequenceBuffer.ensure
 
-    def counting_grow(*args, **kwargs):
-        grown.append(args)
-        return real_grow(*args, **kwargs)
+    def counting_ensure(self, size):
+        did = real_ensure(self, size)
+        if did:
+            grown.append(size)
+        return did
 
-    monkeypatch.setattr(loop, "_grow", counting_grow)
+    monkeypatch.setattr(SequenceBuffer, "ensure", counting_ensure)
     import pld
 
     model = mf.tiny_model(arch)

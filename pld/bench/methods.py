@@ -24,6 +24,18 @@ class Setup:
         eos = self.model.generation_config.eos_token_id
         return [eos] if isinstance(eos, int) else list(eos or [])
 
+    def decode_config(self, **options: Any) -> Any:
+        """The native loop's DecodeConfig for this setup: the loop's defaults
+        (every draft verified), the shared budget and draft settings, the
+        model's eos, and a method's ``options``."""
+        from pld import loop
+        from pld.config import DecodeConfig
+
+        return DecodeConfig(**{**loop.RUN_DEFAULTS, "max_new_tokens": self.max_new_tokens,
+                               "num_pred_tokens": self.num_pred_tokens,
+                               "max_ngram_size": self.max_ngram_size,
+                               "eos_token_id": self.eos_ids(), **options})
+
     def greedy_kwargs(self) -> Dict[str, Any]:
         # explicit None sampling knobs: no warnings from a sampling-ready generation_config
         return dict(max_new_tokens=self.max_new_tokens, do_sample=False, temperature=None,
@@ -124,17 +136,14 @@ def _pld_enabled(s: Setup) -> Generate:
 def _loop(**options: Any) -> Callable[[Setup], Generate]:
     def factory(s: Setup) -> Generate:
         import torch
-        from transformers import DynamicCache
 
         from pld import loop
 
-        eos = s.eos_ids()
+        config = s.decode_config(**options)
 
         def run(ids):
             with torch.no_grad():
-                return loop.run(s.model, ids, cache=DynamicCache(), max_new_tokens=s.max_new_tokens,
-                                num_pred_tokens=s.num_pred_tokens, max_ngram_size=s.max_ngram_size,
-                                eos_token_ids=eos, **options).sequences
+                return loop.run(s.model, ids, config).sequences
         return run
     return factory
 

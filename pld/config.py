@@ -1,0 +1,214 @@
+"""DecodeConfig: every option of a prompt-lookup generation, declared once.
+
+``pld.generate``, the ``model.generate()`` glue (``pld.enable()``), the
+native loop and the benchmark's method registry all build a
+:class:`DecodeConfig` and pass it on; the options are validated here, once,
+with the messages users see. What is not an option -- the model, the
+prompt, its attention mask, logits processors, stopping criteria, the
+streamer, a per-step callback -- travels beside it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import operator
+from dataclasses import dataclass
+from typing import Any, Optional, Tuple
+
+# The C core's limits (csrc/pld_module.c PLD_MAX_DRAFT, csrc/pld.h
+# PLD_INDEX_MAX_TOKENS, PLD_MAX_NGRAM): checked here first, with the
+# caller's names.
+MAX_DRAFT_TOKENS = 1 << 20
+MAX_INDEX_TOKENS = (1 << 32) - 3
+MAX_NGRAM = 64
+
+POLICIES = ("first", "recent", "frequent")
+SEMANTICS = ("seed", "transformers")
+LINEAR_KERNELS = ("auto", "onednn", "torch")
+#: eos_token_id's default: the model's generation config decides.
+EOS_FROM_MODEL = -1
+
+
+def is_index(value: Any) -> bool:
+    """An integer in Python's sense (__index__: int, NumPy integers), not a bool."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return False
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def check_size(name: str, value: Any, minimum: int, maximum: int, why: str = "") -> int:
+    """``value`` as an int in [minimum, maximum]: anything with __index__ (a
+    NumPy integer...) but not a bool; a TypeError or ValueError naming
+    ``name`` otherwise (``why`` explains the maximum)."""
+    if not is_index(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    value = operator.index(value)
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}{f' ({why})' if why else ''}, got {value}")
+    return value
+
+
+def eos_ids(value: Any) -> Tuple[int, ...]:
+    """eos_token_id as a tuple of ids: None, an int (a NumPy integer, a 0-d
+    tensor), or a list/tuple/array/tensor of them, as transformers takes it."""
+    if value is None:
+        return ()
+    if type(value).__module__.startswith("torch") and hasattr(value, "dtype"):
+        if value.dtype.is_floating_point or value.dtype.is_complex or str(value.dtype) == "torch.bool":
+            raise TypeError(f"eos_token_id: expected integer ids, got a {value.dtype} tensor")
+        return tuple(int(v) for v in value.reshape(-1).tolist())
+    if is_index(value):
+        return (operator.index(value),)
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"eos_token_id: expected an int or a list of ints, got {type(value).__name__}")
+    ids = list(value)
+    bad = [v for v in ids if not is_index(v)]
+    if bad:
+        raise TypeError(f"eos_token_id: expected a list of ints, got an item of type {type(bad[0]).__name__}")
+    return tuple(operator.index(v) for v in ids)
+
+
+def _flag(name: str, value: Any) -> bool:
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def _number(name: str, value: Any, integer: bool = False) -> Any:
+    """None, or a real number (an int for ``integer``), not a bool."""
+    if value is None:
+        return None
+    if integer:
+        if not is_index(value):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        return operator.index(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    return float(value)
+
+
+def _choice(name: str, value: Any, choices: Tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """The options of one generation (frozen; validated on construction).
+
+    Budget and draft:
+      max_new_tokens   new tokens at most (>= 1; prompt + it <= 2**32 - 3)
+      num_pred_tokens  draft length k (<= 2**20, the C core's limit)
+      max_ngram_size, min_ngram_size
+                       the suffix n-gram sizes a draft is looked up with
+      policy           "first" (the method's earliest occurrence), "recent"
+                       or "frequent" (see pld.NgramIndex)
+      semantics        "seed" (the method's rule: a match needs k tokens
+                       after it) or "transformers" (a match near the end
+                       proposes the shorter continuation there is)
+      adaptive         the draft length follows acceptance
+                       (pld.draft_length.DraftLength)
+      cost_aware       verify a draft only if its match size pays for the
+                       wider forward on this machine (pld.draft_length.
+                       CostGate; greedy only, so that seeded sampling
+                       repeats)
+    Stopping and sampling:
+      eos_token_id     an id or ids; EOS_FROM_MODEL (-1): the model's
+                       generation config; None: none
+      do_sample        sample (exact speculative sampling) instead of greedy
+      temperature, top_k, top_p
+                       the usual warpers (do_sample only)
+    Kernels and records:
+      linear_kernel    "auto" (oneDNN for a float32 model on the CPU),
+                       "onednn" or "torch" (pld.linear_kernel)
+      output_scores, output_logits
+                       keep the processed scores / raw logits of every new
+                       token (as transformers' return_dict_in_generate)
+      record_steps     keep a StepRecord of every step (the coloured
+                       rendering reads them)
+
+    None of these changes the tokens of greedy decoding; only the cost.
+    """
+
+    max_new_tokens: int = 128
+    num_pred_tokens: int = 10
+    max_ngram_size: int = 3
+    min_ngram_size: int = 1
+    policy: str = "first"
+    semantics: str = "seed"
+    adaptive: bool = False
+    cost_aware: bool = True
+    eos_token_id: Any = EOS_FROM_MODEL
+    do_sample: bool = False
+    temperature: Optional[float] = None
+    top_k: Optional[int] = None
+    top_p: Optional[float] = None
+    linear_kernel: str = "auto"
+    output_scores: bool = False
+    output_logits: bool = False
+    record_steps: bool = False
+
+    def __post_init__(self) -> None:
+        def put(name: str, value: Any) -> None:
+            object.__setattr__(self, name, value)
+
+        put("max_new_tokens", check_size("max_new_tokens", self.max_new_tokens, 1, MAX_INDEX_TOKENS,
+                                         f"the index holds at most {MAX_INDEX_TOKENS} tokens"))
+        put("num_pred_tokens", check_size("num_pred_tokens", self.num_pred_tokens, 1,
+                                          MAX_DRAFT_TOKENS, "the C core's limit on a draft"))
+        put("max_ngram_size", check_size("max_ngram_size", self.max_ngram_size, 1, MAX_NGRAM))
+        put("min_ngram_size", check_size("min_ngram_size", self.min_ngram_size, 1, MAX_NGRAM))
+        if self.min_ngram_size > self.max_ngram_size:
+            raise ValueError(f"min_ngram_size ({self.min_ngram_size}) must not exceed "
+                             f"max_ngram_size ({self.max_ngram_size})")
+        _choice("policy", self.policy, POLICIES)
+        _choice("semantics", self.semantics, SEMANTICS)
+        _choice("linear_kernel", self.linear_kernel, LINEAR_KERNELS)
+        for name in ("adaptive", "cost_aware", "do_sample", "output_scores", "output_logits",
+                     "record_steps"):
+            put(name, _flag(name, getattr(self, name)))
+        if not (is_index(self.eos_token_id) and operator.index(self.eos_token_id) == EOS_FROM_MODEL):
+            put("eos_token_id", eos_ids(self.eos_token_id))
+        put("temperature", _number("temperature", self.temperature))
+        put("top_k", _number("top_k", self.top_k, integer=True))
+        put("top_p", _number("top_p", self.top_p))
+        if not self.do_sample and (self.temperature, self.top_k, self.top_p) != (None, None, None):
+            raise ValueError("temperature/top_k/top_p need do_sample=True")
+
+    def replace(self, **changes: Any) -> "DecodeConfig":
+        """A copy with ``changes`` (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def with_model_eos(self, model: Any) -> "DecodeConfig":
+        """eos_token_id resolved: EOS_FROM_MODEL becomes the model's."""
+        if isinstance(self.eos_token_id, tuple):
+            return self
+        eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        return self.replace(eos_token_id=eos)
+
+    def warpers(self) -> list:
+        """The sampling warpers temperature/top_k/top_p ask for."""
+        if not self.do_sample:
+            return []
+        from transformers.generation.logits_process import (
+            TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper)
+
+        out: list = []
+        if self.temperature is not None and self.temperature != 1.0:
+            out.append(TemperatureLogitsWarper(self.temperature))
+        if self.top_k is not None and self.top_k > 0:
+            out.append(TopKLogitsWarper(self.top_k))
+        if self.top_p is not None and self.top_p < 1.0:
+            out.append(TopPLogitsWarper(self.top_p))
+        return out
+
+    @classmethod
+    def option_names(cls) -> Tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
