@@ -3,13 +3,12 @@ drafts fared. The output never depends on it (greedy keeps the model's
 tokens; sampling stays exact for any deterministic draft); only the cost
 per step does.
 
-Why adapt: a verification forward over 1 + k tokens is not free. On a CPU
-with torch's default float32 kernel it costs about twice a one-token forward
-already at k = 1 (a matrix product instead of a matrix-vector product); with
-the oneDNN kernel pld's loop uses (:mod:`pld.linear_kernel`) about 1.5
-times up to k = 10 (at 700 tokens of context); on a GPU the extra cost is
-small but grows with k. So a draft pays only when enough of it is
-accepted, and a no-draft step is the cheapest step there is.
+Why adapt: a verification forward over 1 + k tokens is not free. How much
+more it costs than a one-token forward depends on the device and the
+matrix-product kernel (little on a GPU; on a CPU anywhere from a little to
+about twice and more: see the README's measurements), so a draft pays only
+when enough of it is accepted, and a no-draft step is the cheapest step
+there is.
 
 The adaptive schedule:
 
@@ -71,10 +70,9 @@ class CostGate:
     mean ``a`` for each n-gram size of the match behind a draft (longer
     matches are accepted more often), as a running mean that starts from a
     prior worth ``prior_weight`` drafts. A draft whose match size does not
-    pay is dropped, so the step runs without one. On a GPU ``r`` is close to
-    1 and every draft passes; on a CPU with torch's default float32 kernel,
-    where ``r`` is about 2, only drafts from matches that gain more than a
-    token do (with oneDNN, ``r`` is about 1.5 and more drafts pass). A closed
+    pay is dropped, so the step runs without one. Where ``r`` is close to 1
+    (a GPU) every draft passes; the larger ``r`` (a CPU, depending on its
+    matrix-product kernel), the longer the matches whose drafts pass. A closed
     size is let through every ``explore`` drafts so it can reopen when the
     text starts copying. The output never depends on the gate.
 

@@ -11,10 +11,10 @@ torch's CPU ``scaled_dot_product_attention`` takes the shared heads
 directly (``enable_gqa=True``) with a mask, bit for bit the same result.
 
 :func:`shared_kv_heads` makes transformers take that path for multi-token
-queries on CPU tensors while it is active; pld's loop runs inside it. With
-the embedded model, an 11-token forward at 3,000 tokens of context went from
-2.5 to 1.8 one-token forwards. It changes no number: the test suite checks
-the logits are identical.
+queries on CPU tensors while it is active; pld's loop runs inside it (the
+adapter's ``kernels()``, pld.hf_adapter). It changes no number: the test
+suite checks the logits are identical. What it saves is measured in the
+README.
 """
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ if a forward over a few tokens costs about what a one-token forward costs:
 both should read every weight once, and the extra arithmetic is small. On a
 GPU it does. On a CPU it depends on the kernel. torch's float32
 ``nn.Linear`` calls MKL, whose small-M products run far below the
-arithmetic peak of AMD cores (M = 2 and 3 even cost two and three
-matrix-vector products): with the embedded 135M model an 11-token forward
-took 2-2.6 one-token forwards, and prompt lookup barely paid. oneDNN's
+arithmetic peak of AMD cores (a product over M tokens can cost about M
+matrix-vector products), so a verification forward costs several one-token
+forwards and prompt lookup barely pays (the README has the measurements:
+"Why less than the method's 2.4x here"). oneDNN's
 float32 product (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's
 own compiler uses for frozen linears) reads the weights once at these
 widths, and on such cores its one-token products are faster than MKL's too.
