@@ -110,26 +110,23 @@ static int raise_from_pending(PyObject *type, const char *fmt, ...)
 
 /* ========================================================= views of arrays */
 
-/* One table of element types: (kind, itemsize) -> name. kind: 'i' signed,
- * 'u' unsigned, 'f' float, 'b' bfloat16, '?' bool. */
-static const struct {
-    char kind;
-    int itemsize;
-    const char *name;
-} dtype_names[] = {
-    {'i', 1, "int8"},    {'i', 2, "int16"},   {'i', 4, "int32"},   {'i', 8, "int64"},
-    {'u', 1, "uint8"},   {'u', 2, "uint16"},  {'u', 4, "uint32"},  {'u', 8, "uint64"},
-    {'f', 2, "float16"}, {'f', 4, "float32"}, {'f', 8, "float64"}, {'b', 2, "bfloat16"},
-    {'?', 1, "bool"},
-};
-
+/* The one table of element type names: (kind, itemsize) -> name, NULL if
+ * none. kind: 'i' signed, 'u' unsigned, 'f' float, 'b' bfloat16, '?' bool. */
 static const char *dtype_name(char kind, int itemsize)
 {
-    size_t i;
-    for (i = 0; i < sizeof(dtype_names) / sizeof(dtype_names[0]); i++)
-        if (dtype_names[i].kind == kind && dtype_names[i].itemsize == itemsize)
-            return dtype_names[i].name;
-    return NULL;
+    static const char *const ints[] = {"int8", "int16", 0, "int32", 0, 0, 0, "int64"};
+    static const char *const uints[] = {"uint8", "uint16", 0, "uint32", 0, 0, 0, "uint64"};
+    static const char *const floats[] = {0, "float16", 0, "float32", 0, 0, 0, "float64"};
+    if (itemsize < 1 || itemsize > 8)
+        return NULL;
+    switch (kind) {
+    case 'i': return ints[itemsize - 1];
+    case 'u': return uints[itemsize - 1];
+    case 'f': return floats[itemsize - 1];
+    case 'b': return itemsize == 2 ? "bfloat16" : NULL;
+    case '?': return itemsize == 1 ? "bool" : NULL;
+    default: return NULL;
+    }
 }
 
 #define PLD_MAX_DIMS 3
@@ -142,12 +139,13 @@ typedef struct {
     char kind;             /* as in dtype_names; 'x': a type nothing here reads */
     int itemsize;
     const char *type_name; /* for messages */
-    char type_buf[48];     /* type_name of an unusual DLPack type */
     int gil_free_ok;       /* a buffer export: may be read without the GIL */
-    Py_buffer view;
     int has_view;
     PyObject *capsule;
     int read_only;         /* a DLPack v1 producer marked the memory read-only */
+    /* set before they are read (not cleared by array_view_get): */
+    char type_buf[48];     /* type_name of an unusual DLPack type */
+    Py_buffer view;
 } array_view;
 
 static void array_view_release(array_view *av)
@@ -410,7 +408,7 @@ static int array_view_get(PyObject *obj, const char *arg, array_view *av, int wr
 {
     PyObject *method;
     int rc;
-    memset(av, 0, sizeof(*av));
+    memset(av, 0, offsetof(array_view, type_buf)); /* (the rest is written before it is read) */
     if (!writable && (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj))) {
         PyErr_Format(PyExc_TypeError, "%s: expected token ids or an array, got %.100s", arg,
                      Py_TYPE(obj)->tp_name);
@@ -814,8 +812,17 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
 static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t max,
                       size_t *out)
 {
-    PyObject *index = int_from_index(obj, arg, 1, PyExc_TypeError, "%s must be an int, got %.100s");
+    PyObject *index;
     Py_ssize_t v;
+    if (PyLong_CheckExact(obj)) { /* the per-step case, e.g. propose(k) */
+        v = PyLong_AsSsize_t(obj);
+        if (!(v == -1 && PyErr_Occurred()) && v >= min && v <= max) {
+            *out = (size_t)v;
+            return 0;
+        }
+        PyErr_Clear(); /* only an OverflowError: it is reported below */
+    }
+    index = int_from_index(obj, arg, 1, PyExc_TypeError, "%s must be an int, got %.100s");
     if (index == NULL)
         return -1;
     v = PyLong_AsSsize_t(index);
@@ -1113,6 +1120,7 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
 #define PLD_PREFETCH_WRITE(p) ((void)(p))
 #endif
 
+static PyInterpreterState *int_cache_interp; /* the main interpreter, where int_cache serves */
 static PyObject **int_cache; /* PLD_INT_CACHE_IDS entries; NULL if the import could not
                               * allocate it. The main interpreter's: other interpreters
                               * build their ints as usual (see draft_list). */
@@ -1157,6 +1165,7 @@ typedef struct {
     size_t draft_cap;
     int busy;           /* set while the GIL is released over this index */
     size_t last_ngram;  /* match size behind the last proposal (0: none) */
+    int int_cache_ok;   /* made in the interpreter the int cache serves */
 } NgramIndexObject;
 
 static const char *const policy_names[] = {"first", "recent", "frequent"};
@@ -1222,6 +1231,7 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
     pld_index_free(self->index); /* only once the new one exists */
     self->index = fresh;
     self->last_ngram = 0;
+    self->int_cache_ok = int_cache != NULL && PyInterpreterState_Get() == int_cache_interp;
     return 0;
 }
 
@@ -1327,13 +1337,14 @@ static int draft_out_write(const array_view *av, const int64_t *draft, size_t n)
     return 0;
 }
 
-/* The draft as a list of ints, the ids' int objects fetched first. */
-static PyObject *draft_list(const int64_t *draft, size_t n)
+/* The draft as a list of ints, the ids' int objects fetched first from the
+ * int cache (use_cache: the caller runs in the interpreter it serves). */
+static PyObject *draft_list(const int64_t *draft, size_t n, int use_cache)
 {
     PyObject *list;
     size_t i;
-    if (int_cache == NULL || PyInterpreterState_Get() != PyInterpreterState_Main())
-        return list_from_i64(draft, n); /* the cache's ints belong to the main interpreter */
+    if (!use_cache)
+        return list_from_i64(draft, n);
     for (i = 0; i < n; i++) { /* the cache lines of the ids' entries, all at once */
         PyObject **entry = int_cache_entry(draft[i]);
         if (entry != NULL)
@@ -1413,7 +1424,7 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     if (has_out)
         result = draft_out_write(&out, self->draft, n) < 0 ? NULL : PyLong_FromSize_t(n);
     else
-        result = draft_list(self->draft, n);
+        result = draft_list(self->draft, n, self->int_cache_ok);
 done:
     if (has_out)
         array_view_release(&out);
@@ -1911,6 +1922,7 @@ static int module_exec(PyObject *m)
     if (PyInterpreterState_Get() == PyInterpreterState_Main()) {
         if (int_cache == NULL)
             int_cache = calloc((size_t)PLD_INT_CACHE_IDS, sizeof(PyObject *)); /* NULL: none */
+        int_cache_interp = PyInterpreterState_Main();
         int_cache_users++;
     }
     os = PyImport_ImportModule("os");
