@@ -77,6 +77,44 @@ def tiny_model(arch: str = "llama", vocab: int = VOCAB, seed: int = 0, attn: str
     return model
 
 
+# sharp_model's scales: (query/key, value) per arch, chosen so that changing
+# one token 20 positions back changes most 16-token greedy continuations
+# (tests/test_cache_exactness.py checks it); at q/k scale 1 (tiny_model) only
+# a third of llama's and almost none of tied GPT-2's change.
+SHARP_SCALES = {"llama": (16.0, 16.0), "gpt2": (24.0, 16.0)}
+
+
+@functools.lru_cache(maxsize=None)
+def sharp_model(arch: str = "llama", seed: int = 0) -> Any:
+    """A context-sensitive variant of ``tiny_model(arch, seed=seed)``: its
+    attention queries and keys scaled up (sharp attention, which picks out
+    particular earlier tokens) and its values scaled up (what attention
+    reads outweighs the current token's own embedding), so the next token
+    depends on earlier context, and a KV cache that holds one entry too
+    many or too few changes the logits and often the tokens. A copy:
+    ``tiny_model`` is unchanged (cached: treat it as read-only)."""
+    import copy
+
+    import torch
+
+    qk, v = SHARP_SCALES[arch]
+    model = copy.deepcopy(tiny_model(arch, seed=seed))
+    with torch.no_grad():
+        if arch == "llama":
+            for layer in model.model.layers:
+                attn = layer.self_attn
+                attn.q_proj.weight.mul_(qk)
+                attn.k_proj.weight.mul_(qk)
+                attn.v_proj.weight.mul_(v)
+        else:  # GPT-2's c_attn is a Conv1D: [n_embd, 3 * n_embd], q | k | v
+            for block in model.transformer.h:
+                d = block.attn.c_attn.weight.shape[0]
+                for p in (block.attn.c_attn.weight, block.attn.c_attn.bias):
+                    p[..., :2 * d].mul_(qk)
+                    p[..., 2 * d:].mul_(v)
+    return model
+
+
 def repeated_prompt(rng: random.Random, vocab: int = PROMPT_VOCAB, min_len: int = 6,
                     max_len: int = 60) -> List[int]:
     """A random prompt made of random tokens and copies of its own spans, so
