@@ -122,8 +122,8 @@ class TransformersAdapter:
         if self.check_cache:
             held = self.cache.get_seq_length()
             if held != n:
-                raise RuntimeError(f"pld: the KV cache holds {held} tokens after a step, the loop "
-                                   f"kept {n}")
+                raise RuntimeError(f"pld: after a step the KV cache holds {held} tokens, the loop "
+                                   f"counts {n} cached tokens")
 
     def _check_prefill(self, out: Any, expected: int) -> None:
         """After the first forward the cache must hold every token fed to it: a

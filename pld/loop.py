@@ -25,13 +25,12 @@ RESERVE_MAX_NEW_TOKENS = 1 << 16
 RUN_DEFAULTS = {"cost_aware": False, "eos_token_id": None}
 
 __all__ = ["run", "LoopResult", "LoopStats", "StepRecord", "check_size", "cache_blocker",
-           "MAX_DRAFT_TOKENS", "MAX_INDEX_TOKENS", "RUN_DEFAULTS", "debug_checks"]
+           "MAX_DRAFT_TOKENS", "MAX_INDEX_TOKENS", "RUN_DEFAULTS", "DEBUG_CHECKS"]
 
-
-def debug_checks() -> bool:
-    """PLD_DEBUG_CHECKS=1: after every step, check that the KV cache holds
-    exactly the tokens the step kept (the test suite turns it on)."""
-    return os.environ.get("PLD_DEBUG_CHECKS", "") == "1"
+#: After every step, check that the KV cache holds exactly the tokens the
+#: step kept (a RuntimeError naming both counts otherwise). Set from
+#: PLD_DEBUG_CACHE=1 at import (the test suite sets it); read by every run.
+DEBUG_CHECKS = os.environ.get("PLD_DEBUG_CACHE", "") not in ("", "0")
 
 
 def run(
@@ -71,7 +70,7 @@ def run(
         from transformers import DynamicCache
 
         cache = DynamicCache()
-    adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=debug_checks())
+    adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
     decoder = Decoder(adapter, input_ids, config, attention_mask=attention_mask,
                       logits_processor=logits_processor or (),
                       stopping_criteria=stopping_criteria or (), streamer=streamer, on_step=on_step)

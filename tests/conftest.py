@@ -4,6 +4,8 @@
   run (where torch's own allocator and threads only add noise) can select
   ``-m "not torch"``. Tests mark themselves with ``pytestmark`` or
   ``@pytest.mark.torch``.
+* PLD_DEBUG_CACHE=1 (unless set otherwise): pld.loop checks the KV cache
+  after every step.
 * Hypothesis profiles: ``ci`` (default, 200 examples) and ``thorough``
   (2000 examples), chosen by the environment variable HYPOTHESIS_PROFILE.
 """
@@ -14,6 +16,11 @@ import glob
 import importlib.machinery
 import os
 import sys
+
+# The loop checks after every step that the KV cache holds exactly the tokens
+# it counts as cached (pld.loop.DEBUG_CHECKS, read when pld.loop is imported;
+# child processes inherit it). PLD_DEBUG_CACHE=0 in the environment keeps it off.
+os.environ.setdefault("PLD_DEBUG_CACHE", "1")
 
 # A clone tested after a plain (not editable) `pip install .`: its pld/ has
 # no built extension, yet `python -m pytest` -- and the `python -m ...`
