@@ -420,3 +420,18 @@ def test_embedded_model_greedy_tokens(embedded):
     ours = greedy(model, ids, 24, past_key_values=cache)
     assert ours == greedy(model, ids, 24)
     assert cache.get_seq_length() == ids.shape[1] + 23
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_bench_methods_with_owned_cache(arch):
+    import random
+
+    from pld.bench import methods
+
+    model = tiny_model(arch)
+    setup = methods.Setup(model=model, max_new_tokens=24, num_pred_tokens=5, max_ngram_size=3)
+    runs = methods.build([methods.REGISTRY[n] for n in ("greedy", "greedy_owncache", "pld_owncache")], setup)
+    ids = as_ids(repeated_prompt(random.Random(12)))
+    want = runs["greedy"](ids)[0].tolist()
+    assert runs["greedy_owncache"](ids)[0].tolist() == want
+    assert runs["pld_owncache"](ids)[0].tolist() == want

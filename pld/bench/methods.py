@@ -106,6 +106,17 @@ def _greedy_onednn(s: Setup) -> Generate:
     return run
 
 
+@register("greedy_owncache", "plain greedy model.generate with pld.kv_cache's preallocated cache "
+          "instead of DynamicCache (what the cache alone gives)")
+def _greedy_owncache(s: Setup) -> Generate:
+    import torch
+
+    def run(ids):
+        with torch.no_grad():
+            return s.model.generate(ids, past_key_values=_owned_cache(s, ids), **s.greedy_kwargs())
+    return run
+
+
 @register("transformers", "transformers' own prompt lookup (generate, prompt_lookup_num_tokens)", default=True)
 def _transformers(s: Setup) -> Generate:
     import torch
@@ -133,7 +144,28 @@ def _pld_enabled(s: Setup) -> Generate:
     return run
 
 
-def _loop(**options: Any) -> Callable[[Setup], Generate]:
+def _dynamic_cache(s: Setup, ids: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+def _loop_default_cache(s: Setup, ids: Any) -> Any:
+    return None  # loop.run picks (pld.kv_cache.cache_for)
+
+
+def _owned_cache(s: Setup, ids: Any) -> Any:
+    """pld.kv_cache's cache with room for the whole output (transformers'
+    DynamicCache for a model it cannot serve)."""
+    from pld.kv_cache import cache_for
+
+    return cache_for(s.model, capacity=ids.shape[1] + s.max_new_tokens + s.num_pred_tokens + 1)
+
+
+def _loop(cache: Callable[[Setup, Any], Any] = _loop_default_cache,
+          **options: Any) -> Callable[[Setup], Generate]:
+    """The native loop with ``options``; ``cache(setup, input_ids)`` makes
+    each run's empty cache."""
     def factory(s: Setup) -> Generate:
         import torch
 
@@ -143,7 +175,7 @@ def _loop(**options: Any) -> Callable[[Setup], Generate]:
 
         def run(ids):
             with torch.no_grad():
-                return loop.run(s.model, ids, config).sequences
+                return loop.run(s.model, ids, config, cache=cache(s, ids)).sequences
         return run
     return factory
 
@@ -154,6 +186,10 @@ register("pld_gated", "native loop, drafts only from match sizes that pay for th
          "on this machine (CostGate)")(_loop(cost_aware=True))
 register("pld_torch_linear", "the pld default (native loop, CostGate) with torch's own linear "
          "kernel instead of oneDNN (pld.linear_kernel)")(_loop(cost_aware=True, linear_kernel="torch"))
+register("pld_owncache", "the pld default (native loop, CostGate) on pld.kv_cache's preallocated "
+         "cache, sized for the output")(_loop(cache=_owned_cache, cost_aware=True))
+register("pld_dynamic_cache", "the pld default (native loop, CostGate) on transformers' DynamicCache "
+         "instead of pld.kv_cache's (what the cache gives)")(_loop(cache=_dynamic_cache, cost_aware=True))
 register("pld_clipped", "native loop, transformers' match rule: a match near the end proposes "
          "what follows it, even if shorter than k")(_loop(semantics="transformers"))
 
