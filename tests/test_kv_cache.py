@@ -256,6 +256,21 @@ def test_keep_last_semantics():
     with pytest.raises(TypeError):
         cache.keep_last(2, torch.tensor([0.0]))
     assert cache.layers[0].keys.flatten().tolist() == [0, 1, 2, 3]
+    # on an adopted tensor (transformers assigned layer.keys) it copies first
+    cache.batch_select_indices(torch.tensor([0]))
+    adopted = cache.layers[0].keys
+    cache.keep_last(3, [0, 2])
+    assert cache.layers[0].keys.flatten().tolist() == [0, 1, 3]
+    assert adopted.flatten().tolist() == [0, 1, 2, 3]
+    cache.crop(-1)
+    cache.update(torch.full((1, 1, 1, 1), 7.0), torch.full((1, 1, 1, 1), -7.0), 0)
+    assert cache.layers[0].keys.flatten().tolist() == [0, 1, 7]
+    cache.batch_select_indices(torch.tensor([0]))
+    adopted = cache.layers[0].keys
+    cache.crop(-2)
+    cache.update(torch.full((1, 1, 1, 1), 8.0), torch.full((1, 1, 1, 1), -8.0), 0)
+    assert cache.layers[0].keys.flatten().tolist() == [0, 8]
+    assert adopted.flatten().tolist() == [0, 1, 7]
 
 
 @pytest.mark.parametrize("arch", ARCHS)
