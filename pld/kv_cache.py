@@ -327,7 +327,8 @@ class OwnedCache(DynamicCache):
         if not 0 <= m <= length:
             raise ValueError(f"keep_last: m must be in [0, {length}] (the cached length), got {m}")
         if isinstance(indices, torch.Tensor):
-            if indices.dim() != 1 or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+            if (indices.dim() != 1 or indices.is_floating_point() or indices.is_complex()
+                    or indices.dtype == torch.bool):
                 raise TypeError("keep_last: indices must be a 1-D integer tensor or a sequence of ints")
             offsets = indices.tolist()
         else:
