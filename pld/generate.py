@@ -99,8 +99,6 @@ def generate(
     argument (DecodeConfig lists the limits); so does a model that keeps no
     KV cache.
     """
-    from transformers import DynamicCache
-
     config = (config or DecodeConfig()).replace(**{**options, "record_steps": True})
     input_ids = _prompt(input_ids)
     processors = _callables("logits_processor", logits_processor)
@@ -114,7 +112,7 @@ def generate(
         streamer.put(input_ids.cpu())
     with torch.no_grad():
         result = loop.run(
-            model, input_ids.to(device=device, dtype=torch.long), config, cache=DynamicCache(),
+            model, input_ids.to(device=device, dtype=torch.long), config,
             attention_mask=None if attention_mask is None else attention_mask.to(device),
             logits_processor=processors, stopping_criteria=criteria, streamer=streamer,
             on_step=on_step)

@@ -203,9 +203,10 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
         result = loop.LoopResult(sequences=input_ids, stats=loop.LoopStats(), scores=(), logits=(),
                                  past_key_values=model_kwargs["past_key_values"])
     else:
+        options = _decode_config(config, budget, want_dict)
         result = loop.run(
-            self, input_ids, _decode_config(config, budget, want_dict),
-            cache=model_kwargs["past_key_values"], attention_mask=model_kwargs.get("attention_mask"),
+            self, input_ids, options, cache=_loop_cache(self, input_ids, options, model_kwargs),
+            attention_mask=model_kwargs.get("attention_mask"),
             logits_processor=named["logits_processor"], stopping_criteria=criteria,
             streamer=streamer)
     if streamer is not None:
@@ -218,6 +219,18 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
             past_key_values=result.past_key_values,
         )
     return result.sequences
+
+
+def _loop_cache(model: Any, input_ids: torch.Tensor, options: DecodeConfig, model_kwargs: dict) -> Any:
+    """The cache generate() made, or -- when that is an empty plain
+    DynamicCache -- the loop's own (pld.kv_cache), which generate() then
+    returns as past_key_values (a DynamicCache too)."""
+    from transformers import DynamicCache
+
+    cache = model_kwargs["past_key_values"]
+    if type(cache) is DynamicCache and cache.get_seq_length() == 0:
+        return loop.default_cache(model, input_ids.shape[1], options)
+    return cache
 
 
 def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:

@@ -33,6 +33,17 @@ __all__ = ["run", "LoopResult", "LoopStats", "StepRecord", "check_size", "cache_
 DEBUG_CHECKS = os.environ.get("PLD_DEBUG_CACHE", "") not in ("", "0")
 
 
+def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
+    """The loop's cache when the caller gives none: pld.kv_cache's (room for
+    the prompt, the first stretch of output and a draft; it doubles as the
+    output grows), or transformers' DynamicCache for a model it cannot serve."""
+    from .decoder import INITIAL_NEW_TOKENS
+    from .kv_cache import cache_for
+
+    room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.num_pred_tokens + 1
+    return cache_for(model, capacity=prompt_len + room)
+
+
 def run(
     model: Any,
     input_ids: torch.Tensor,
@@ -51,7 +62,7 @@ def run(
     The options are a :class:`~pld.config.DecodeConfig`, or its fields as
     keywords (defaults: the dataclass's, except :data:`RUN_DEFAULTS`;
     ``eos_token_ids`` is an alias of ``eos_token_id``). ``cache`` is an
-    empty transformers cache with ``crop`` (default: a new DynamicCache).
+    empty transformers cache with ``crop`` (default: :func:`default_cache`).
     ``stopping_criteria`` are called after every new token, as in plain
     decoding, so a stop inside an accepted block ends the output exactly
     where token-by-token decoding would; eos and the length budget are
@@ -67,9 +78,7 @@ def run(
         config = config.replace(**options)
     config = config.with_model_eos(model)
     if cache is None:
-        from transformers import DynamicCache
-
-        cache = DynamicCache()
+        cache = default_cache(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
     decoder = Decoder(adapter, input_ids, config, attention_mask=attention_mask,
                       logits_processor=logits_processor or (),
