@@ -8,6 +8,9 @@ Subcommands (see ``python -m pld bench --help``):
            dict index, pld's one-shot C scan and pld.NgramIndex.
   flood    extend of ids crafted to collide in one hash slot against random
            ids (the index's hash is keyed per index).
+  kv-forward
+           a one-token forward on DynamicCache against pld.kv_cache's
+           OwnedCache at a few context lengths.
   generation
            the speedup tables: tokens/s of greedy, transformers' prompt
            lookup and pld per task (summarization, RAG, two-turn chat,
@@ -23,6 +26,7 @@ SUBCOMMANDS = {
     "generation": ("generation", "speedup tables: greedy vs transformers' prompt lookup vs pld, per task"),
     "lookup": ("lookup", "time per step of the draft lookup vs context length"),
     "flood": ("flood", "extend of ids crafted to collide in the index's hash vs random ids"),
+    "kv-forward": ("kv_forward", "one-token forward on transformers' DynamicCache vs pld.kv_cache's"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 
