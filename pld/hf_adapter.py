@@ -17,6 +17,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from .gqa_attention import shared_kv_heads
+from .kv_cache import no_dynamic_cache_reason
 from .linear_kernel import LinearKernel
 
 
@@ -38,15 +39,9 @@ def _is_transformers_model(model: Any) -> bool:
 def cache_blocker(model: Any) -> Optional[str]:
     """Why ``model`` cannot keep a cropped transformers cache for the loop,
     or None when it looks able to (checked again after the prefill)."""
-    if getattr(model, "_is_stateful", False):
-        return "it is a stateful (recurrent) model, whose state cannot be rolled back to a prefix"
-    supports = getattr(type(model), "_supports_default_dynamic_cache", None)
-    if callable(supports):
-        try:
-            if not supports():
-                return "transformers gives it no DynamicCache (_supports_default_dynamic_cache() is False)"
-        except Exception:  # noqa: BLE001 - an odd class: the prefill check decides
-            pass
+    reason = no_dynamic_cache_reason(model)
+    if reason is not None:
+        return reason
     try:
         params = inspect.signature(model.forward).parameters
     except (AttributeError, TypeError, ValueError):

@@ -367,19 +367,28 @@ def _full_attention_layers(config: Any) -> Tuple[Optional[str], int]:
     return None, len(kinds)
 
 
-def unsupported_reason(model: Any) -> Optional[str]:
-    """Why :class:`OwnedCache` cannot serve ``model``, or None when it can
-    (a decoder-only transformers model whose layers are all full attention,
-    with a default dynamic cache)."""
+def no_dynamic_cache_reason(model: Any) -> Optional[str]:
+    """Why transformers keeps no croppable DynamicCache for ``model`` (a
+    stateful model, or one whose class says so), or None."""
     if getattr(model, "_is_stateful", False):
-        return "it is a stateful (recurrent) model"
+        return "it is a stateful (recurrent) model, whose state cannot be rolled back to a prefix"
     supports = getattr(type(model), "_supports_default_dynamic_cache", None)
     if callable(supports):
         try:
             if not supports():
-                return "transformers gives it no default DynamicCache"
-        except Exception:  # noqa: BLE001 - an odd class: the config decides
+                return "transformers gives it no DynamicCache (_supports_default_dynamic_cache() is False)"
+        except Exception:  # noqa: BLE001 - an odd class: what follows decides
             pass
+    return None
+
+
+def unsupported_reason(model: Any) -> Optional[str]:
+    """Why :class:`OwnedCache` cannot serve ``model``, or None when it can
+    (a decoder-only transformers model whose layers are all full attention,
+    with a default dynamic cache)."""
+    reason = no_dynamic_cache_reason(model)
+    if reason is not None:
+        return reason
     config = getattr(model, "config", None)
     if config is None:
         return "it has no config"

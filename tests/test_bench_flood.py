@@ -3,11 +3,8 @@ reports every cell; its crafted ids share one home under key 0."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
 import pld
+from bench_runner import run_bench
 from pld.bench.flood import crafted_ids, random_ids
 
 
@@ -20,13 +17,10 @@ def test_crafted_ids_share_one_home_under_key_0_only():
 
 
 def test_flood_benchmark_runs(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "pld.bench", "flood", "--count", "500", "--repeats", "1",
-         "--policies", "first,recent", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "criterion: crafted within 5x" in proc.stdout
-    res = json.loads((tmp_path / "results.json").read_text())["results"]
+    out = run_bench(tmp_path, "flood", "--count", "500", "--repeats", "1",
+                    "--policies", "first,recent")
+    assert "criterion: crafted within 5x" in out["_stdout"]
+    res = out["results"]
     assert set(res) == {"first", "recent"}
     for cells in res.values():
         assert set(cells) == {"keyed (random)", "key 0"}
