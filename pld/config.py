@@ -126,8 +126,9 @@ class DecodeConfig:
       temperature, top_k, top_p
                        the usual warpers (do_sample only)
     Kernels and records:
-      linear_kernel    "auto" (oneDNN for a float32 model on the CPU),
-                       "onednn" or "torch" (pld.linear_kernel)
+      linear_kernel    "auto" (oneDNN for a float32 model on the CPU where
+                       it is measured faster), "onednn" or "torch"
+                       (pld.linear_kernel)
       output_scores, output_logits
                        keep the processed scores / raw logits of every new
                        token (as transformers' return_dict_in_generate)

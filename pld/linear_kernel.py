@@ -12,6 +12,10 @@ forwards and prompt lookup barely pays (the README has the measurements:
 float32 product (``torch.ops.mkldnn._linear_pointwise``, the kernel torch's
 own compiler uses for frozen linears) reads the weights once at these
 widths, and on such cores its one-token products are faster than MKL's too.
+On other CPUs (Intel cores, where MKL's small products are good) it can be
+the slower one, so ``"auto"`` measures: it routes only when oneDNN is
+clearly faster on the model's own layers at the widths a prompt-lookup
+step uses (see :func:`onednn_pays`).
 
 :class:`LinearKernel` routes a model's plain float32 CPU ``nn.Linear``
 layers through oneDNN while :meth:`LinearKernel.routing` is active. pld's
@@ -27,14 +31,21 @@ shows which part.
 from __future__ import annotations
 
 import contextlib
+import time
 import types
-from typing import Any, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 MODES = ("auto", "onednn", "torch")
+#: The token widths "auto" times: a one-token step and a verification forward.
+WIDTHS = (1, 9)
+#: "auto" routes only when oneDNN takes at most this share of torch's time,
+#: so that timing noise cannot flip a close call between runs.
+MARGIN = 0.9
+_DECISIONS: Dict[Tuple, bool] = {}
 
 
 def _onednn_op() -> Optional[Any]:
@@ -73,8 +84,9 @@ class LinearKernel:
     """Route ``model``'s float32 CPU ``nn.Linear`` layers through oneDNN
     inside :meth:`routing`.
 
-    ``mode``: ``"auto"`` routes when the model has such layers and oneDNN
-    works; ``"onednn"`` demands it (ValueError when it cannot be had);
+    ``mode``: ``"auto"`` routes when the model has such layers, oneDNN
+    works and it is measured faster on them (:func:`onednn_pays`);
+    ``"onednn"`` demands it (ValueError when it cannot be had);
     ``"torch"`` never routes. :attr:`active` says whether routing will take
     place, :attr:`reason` why not.
     """
@@ -93,6 +105,9 @@ class LinearKernel:
                 if isinstance(model, nn.Module) else []
             if not self.layers:
                 self.reason = "the model has no float32 nn.Linear on the CPU"
+            elif mode == "auto" and not onednn_pays(self.layers):
+                self.layers = []
+                self.reason = "torch's product is faster for this model's layers here (measured)"
         if mode == "onednn" and not self.layers:
             raise ValueError(f"linear_kernel='onednn' cannot be used: {self.reason}")
 
@@ -131,3 +146,36 @@ def _onednn_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if x.dtype != torch.float32:
         return F.linear(x, self.weight, self.bias)
     return _OP(x, self.weight, self.bias, "none", [], "")
+
+
+def onednn_pays(layers: List[nn.Linear]) -> bool:
+    """Whether oneDNN computes ``layers`` clearly faster than torch's own
+    product (at most MARGIN of its time) over the WIDTHS of a prompt-lookup
+    step; measured once per process for each set of layer shapes and
+    thread count."""
+    key = (tuple((tuple(m.weight.shape), m.bias is not None) for m in layers), torch.get_num_threads())
+    if key not in _DECISIONS:
+        t_torch, t_onednn = measure(layers)
+        _DECISIONS[key] = t_onednn <= MARGIN * t_torch
+    return _DECISIONS[key]
+
+
+def measure(layers: List[nn.Linear], repeats: int = 3) -> Tuple[float, float]:
+    """(torch, oneDNN): seconds for one pass over ``layers`` at every width
+    in WIDTHS with each product, the best of ``repeats`` after a warm-up,
+    the two alternating. A pass reads every weight as a forward does."""
+    inputs = {(w, m.in_features): torch.randn(1, w, m.in_features) for w in WIDTHS for m in layers}
+    kernels = {"torch": lambda x, m: F.linear(x, m.weight, m.bias),
+               "onednn": lambda x, m: _OP(x, m.weight, m.bias, "none", [], "")}
+    best = {name: float("inf") for name in kernels}
+    with torch.no_grad():
+        for r in range(repeats + 1):
+            for name in (list(kernels) if r % 2 else list(kernels)[::-1]):
+                t0 = time.perf_counter()
+                for w in WIDTHS:
+                    for m in layers:
+                        kernels[name](inputs[(w, m.in_features)], m)
+                if r:  # round 0 warms up (oneDNN packs a weight on its first use)
+                    best[name] = min(best[name], time.perf_counter() - t0)
+    return best["torch"], best["onednn"]
+

@@ -42,7 +42,7 @@ def test_routed_layers_compute_what_nn_linear_computes():
     x = torch.randn(1, 5, 16)
     with torch.no_grad():
         expected = model(x)
-        wide = linear_kernel.LinearKernel(model)
+        wide = linear_kernel.LinearKernel(model, "onednn")
         assert wide.active
         with wide.routing():
             assert all("forward" in vars(layer) for layer in wide.layers)
@@ -55,7 +55,7 @@ def test_routed_layers_compute_what_nn_linear_computes():
 @needs_onednn
 def test_only_plain_float32_cpu_linears_are_routed():
     model = _toy()
-    wide = linear_kernel.LinearKernel(model)
+    wide = linear_kernel.LinearKernel(model, "onednn")
     assert wide.layers == [model[0], model[2]]  # not the subclass with its own forward
     assert not linear_kernel.LinearKernel(_toy().double()).active
     assert "float32" in linear_kernel.LinearKernel(_toy().double()).reason
@@ -64,7 +64,7 @@ def test_only_plain_float32_cpu_linears_are_routed():
 @needs_onednn
 def test_layers_are_restored_after_an_exception():
     model = _toy()
-    wide = linear_kernel.LinearKernel(model)
+    wide = linear_kernel.LinearKernel(model, "onednn")
     with pytest.raises(RuntimeError, match="boom"):
         with wide.routing():
             raise RuntimeError("boom")
@@ -93,14 +93,14 @@ def test_bad_modes_are_refused_by_name():
 @pytest.mark.parametrize("arch", mf.ARCHS)
 def test_the_loop_runs_every_forward_on_the_chosen_kernel(arch, monkeypatch):
     """Count the oneDNN calls: one per linear layer in every forward of the
-    loop (the prefill and drafted and one-token steps alike) with "auto",
+    loop (the prefill and drafted and one-token steps alike) with "onednn",
     none with "torch"; afterwards the model has torch's layers again."""
     from transformers import DynamicCache
 
     from pld import loop
 
     model = mf.tiny_model(arch)
-    layers = linear_kernel.LinearKernel(model).layers
+    layers = linear_kernel.LinearKernel(model, "onednn").layers
     n_layers = len(layers)
     assert n_layers > 0
     # GPT-2's blocks are Conv1D: only its head is an nn.Linear, fed the
@@ -118,7 +118,7 @@ def test_the_loop_runs_every_forward_on_the_chosen_kernel(arch, monkeypatch):
     rng = random.Random(f"routing-{arch}")
     for _ in range(6):
         ids = mf.as_ids(mf.repeated_prompt(rng))
-        for mode, routed in (("auto", True), ("torch", False)):
+        for mode, routed in (("onednn", True), ("torch", False)):
             widths.clear()
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=16,
@@ -130,3 +130,43 @@ def test_the_loop_runs_every_forward_on_the_chosen_kernel(arch, monkeypatch):
                 expected = [first] + [1 + r.proposed for r in steps[1:]]
                 assert widths[::n_layers] == expected
             assert not any("forward" in vars(m) for m in model.modules())
+
+
+@needs_onednn
+@pytest.mark.parametrize("times,routes", [((1.0, 0.5), True), ((1.0, 0.89), True),
+                                          ((1.0, 0.95), False), ((1.0, 2.0), False)])
+def test_auto_routes_only_where_onednn_is_measured_clearly_faster(times, routes, monkeypatch):
+    """"auto" follows the measurement (oneDNN within MARGIN of torch's time
+    routes), measures once per set of layer shapes, and says why not."""
+    calls = []
+
+    def fake_measure(layers, repeats=3):
+        calls.append(len(layers))
+        return times
+
+    monkeypatch.setattr(linear_kernel, "measure", fake_measure)
+    monkeypatch.setattr(linear_kernel, "_DECISIONS", {})
+    model = _toy()
+    for _ in range(3):
+        kernel = linear_kernel.LinearKernel(model)
+        assert kernel.active == routes
+        assert routes or "measured" in kernel.reason
+    assert calls == [2]  # once, over the two routable layers
+    assert linear_kernel.LinearKernel(model, "onednn").active  # an explicit choice is kept
+
+
+@needs_onednn
+def test_measure_times_both_kernels_over_every_layer(monkeypatch):
+    seen = []
+    real = linear_kernel._OP
+
+    def counting(x, *args):
+        seen.append(x.shape[-2])
+        return real(x, *args)
+
+    monkeypatch.setattr(linear_kernel, "_OP", counting)
+    layers = linear_kernel.LinearKernel(_toy(), "onednn").layers
+    t_torch, t_onednn = linear_kernel.measure(layers, repeats=2)
+    assert t_torch > 0 and t_onednn > 0
+    # warm-up + 2 rounds, every width, every layer
+    assert sorted(seen) == sorted([w for _ in range(3) for w in linear_kernel.WIDTHS for _ in layers])
