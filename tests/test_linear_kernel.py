@@ -36,6 +36,20 @@ def _toy() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8, bias=False), _ScaledLinear(8, 8))
 
 
+def _count_onednn_widths(monkeypatch) -> list:
+    """The token width of every oneDNN product from now on (the op is
+    wrapped; the test's monkeypatch restores it)."""
+    widths = []
+    real = linear_kernel._OP
+
+    def counting(x, *args):
+        widths.append(x.shape[-2])
+        return real(x, *args)
+
+    monkeypatch.setattr(linear_kernel, "_OP", counting)
+    return widths
+
+
 @needs_onednn
 def test_routed_layers_compute_what_nn_linear_computes():
     model = _toy()
@@ -107,14 +121,7 @@ def test_the_loop_runs_every_forward_on_the_chosen_kernel(arch, monkeypatch):
     # logits_to_keep = 1 + draft positions; Llama's first routed layer sees all
     head_only = layers == [model.get_output_embeddings()]
     assert head_only == (arch == "gpt2")
-    widths = []
-    real = linear_kernel._OP
-
-    def counting(x, *args):
-        widths.append(x.shape[-2])
-        return real(x, *args)
-
-    monkeypatch.setattr(linear_kernel, "_OP", counting)
+    widths = _count_onednn_widths(monkeypatch)
     rng = random.Random(f"routing-{arch}")
     for _ in range(6):
         ids = mf.as_ids(mf.repeated_prompt(rng))
@@ -157,14 +164,7 @@ def test_auto_routes_only_where_onednn_is_measured_clearly_faster(times, routes,
 
 @needs_onednn
 def test_measure_times_both_kernels_over_every_layer(monkeypatch):
-    seen = []
-    real = linear_kernel._OP
-
-    def counting(x, *args):
-        seen.append(x.shape[-2])
-        return real(x, *args)
-
-    monkeypatch.setattr(linear_kernel, "_OP", counting)
+    seen = _count_onednn_widths(monkeypatch)
     layers = linear_kernel.LinearKernel(_toy(), "onednn").layers
     t_torch, t_onednn = linear_kernel.measure(layers, repeats=2)
     assert t_torch > 0 and t_onednn > 0
