@@ -21,7 +21,7 @@ from transformers.generation import utils as _gen_utils
 from transformers.generation.candidate_generator import CandidateGenerator
 
 from . import _core, loop
-from .config import DecodeConfig
+from .config import DecodeConfig, eos_ids
 
 logger = logging.getLogger("pld")
 
@@ -33,16 +33,6 @@ _NATIVE_MODEL_KWARGS = frozenset({
 })
 # Stopping criteria the loop applies itself (eos and the length budget).
 _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
-
-
-def _eos_list(eos: Any) -> List[int]:
-    if eos is None:
-        return []
-    if isinstance(eos, torch.Tensor):
-        return [int(e) for e in eos.reshape(-1).tolist()]
-    if isinstance(eos, int):
-        return [eos]
-    return [int(e) for e in eos]
 
 
 class PromptLookupCandidateGenerator(CandidateGenerator):
@@ -80,7 +70,7 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
         self.eos_token_id = eos_token_id
         self.logits_processor = logits_processor
         self.vocab_size = vocab_size
-        self._eos = _eos_list(eos_token_id)
+        self._eos = list(eos_ids(eos_token_id))
         self.index = _core.NgramIndex(max_matching_ngram_size, min_ngram_size, policy)
         self._seen = 0
 
@@ -241,7 +231,7 @@ def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
         "max_new_tokens": budget,
         "num_pred_tokens": config.prompt_lookup_num_tokens,
         "max_ngram_size": config.max_matching_ngram_size or 2,
-        "eos_token_id": _eos_list(getattr(config, "_eos_token_tensor", None)),
+        "eos_token_id": getattr(config, "_eos_token_tensor", None),
         "do_sample": bool(config.do_sample),  # (its warpers come as logits processors)
         "output_scores": bool(want_dict and config.output_scores),
         "output_logits": bool(want_dict and config.output_logits),

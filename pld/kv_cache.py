@@ -52,10 +52,13 @@ import functools
 import inspect
 import logging
 import operator
+import sys
 from typing import Any, Optional, Sequence, Tuple, Union
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from .config import check_size
 
 logger = logging.getLogger("pld")
 
@@ -70,12 +73,7 @@ _LEGACY_CROP = "max_length" in inspect.signature(DynamicLayer.crop).parameters
 
 
 def _check_capacity(capacity: Any) -> int:
-    if isinstance(capacity, bool) or not hasattr(type(capacity), "__index__"):
-        raise TypeError(f"capacity must be an int, got {type(capacity).__name__}")
-    capacity = operator.index(capacity)
-    if capacity < 1:
-        raise ValueError(f"capacity must be >= 1, got {capacity}")
-    return capacity
+    return check_size("capacity", capacity, 1, sys.maxsize)
 
 
 class OwnedLayer(DynamicLayer):
