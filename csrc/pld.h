@@ -170,6 +170,54 @@ size_t pld_index_propose_n(const pld_index *index, size_t k,
                            const pld_lookup_opts *opts, int64_t *out,
                            size_t *ngram);
 
+/* ------------------------------------------------------------------------
+ * Token tree: several candidate continuations, merged
+ * ------------------------------------------------------------------------
+ * pld_index_propose_tree gathers continuations of the sequence's suffix
+ * from several earlier occurrences and merges them into a trie (shared
+ * prefixes once). Candidates, in this order: for n from min(max_n, len)
+ * down to min_n, the occurrences i of the suffix n-gram (i < len - n):
+ *   1. the earliest one (the method's own match);
+ *   2. RECENT only: of the newest per_ngram + 1 occurrences (the suffix
+ *      itself first), those other than the suffix and the earliest, newest
+ *      first, until per_ngram occurrences of this n are taken.
+ * An occurrence whose continuation starts where an earlier candidate's did
+ * (the same text, matched by a longer n-gram) is skipped. A candidate is
+ * tokens[i+n .. min(i+n+depth, len)), cut before its first token in
+ * eos[0..n_eos). It is inserted from the root: a token already a child of
+ * the current node is shared, another becomes a new node -- unless the
+ * trie holds max_nodes nodes, which ends that candidate. Every node on a
+ * candidate's inserted path counts it in `support`.
+ *
+ * Nodes are written in creation order (a parent before its children), and
+ * children are linked in creation order. Cost: O(max_n * per_ngram *
+ * (depth + max_nodes)) at worst, independent of len.
+ */
+#define PLD_TREE_MAX_PER_NGRAM 16
+#define PLD_TREE_MAX_NODES 4096
+
+typedef struct {
+    int64_t token;
+    int32_t parent;       /* the parent's index; -1: a child of the root (the
+                           * sequence's last token) */
+    int32_t first_child;  /* -1: none */
+    int32_t next_sibling; /* -1: none */
+    uint32_t depth;       /* 1 for a child of the root */
+    uint32_t ngram;       /* the n of the candidate that created the node
+                           * (the largest n among those through it) */
+    uint32_t support;     /* candidates through the node */
+} pld_tree_node;
+
+/* The trie described above into out[0..*n_nodes). Requires depth >= 1,
+ * 1 <= per_ngram <= PLD_TREE_MAX_PER_NGRAM, max_nodes <=
+ * PLD_TREE_MAX_NODES, out holding max_nodes nodes (may be NULL when 0),
+ * eos NULL only when n_eos is 0; PLD_ERR_ARG otherwise (*n_nodes = 0).
+ * FIRST and FREQUENT give one candidate per n (the earliest). Reads the
+ * index only. */
+pld_status pld_index_propose_tree(const pld_index *index, size_t depth, size_t per_ngram,
+                                  size_t max_nodes, const int64_t *eos, size_t n_eos,
+                                  pld_tree_node *out, size_t *n_nodes);
+
 size_t pld_index_len(const pld_index *index);
 const int64_t *pld_index_tokens(const pld_index *index); /* borrowed; valid until the next extend/truncate */
 size_t pld_index_nbytes(const pld_index *index);         /* heap bytes owned */

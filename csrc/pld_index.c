@@ -13,7 +13,9 @@
  *             cannot be derived from the size below (see "FIRST files
  *             lazily" further down);
  *   RECENT    the latest occurrence, with prev1[n][i] linking each
- *             occurrence to the one before it (0: none);
+ *             occurrence to the one before it (0: none) and first1[n][i]
+ *             naming the earliest (so a token tree reaches both ends of
+ *             the chain in O(1));
  *   FREQUENT  the earliest occurrence, plus counts (pld_freq) used to pick
  *             the most frequent follower; sizes run to max_n + 1 so that a
  *             follower count is the count of an (n+1)-gram.
@@ -97,6 +99,8 @@ struct pld_index {
     pld_hash_key hk;      /* derived from it: every tag uses these */
     pld_table tables[PLD_MAX_NGRAM + 2];  /* tables[n] for n in [min_n, hi] */
     uint32_t *prev1[PLD_MAX_NGRAM + 1];   /* RECENT: cap entries per n */
+    uint32_t *first1[PLD_MAX_NGRAM + 1];  /* RECENT: the earliest occurrence (+1) of
+                                           * the n-gram at each position */
     uint32_t suffix1[PLD_MAX_NGRAM + 2];  /* slot position of the suffix n-gram */
     int wide_unigrams;    /* a token outside [0, 2^32) was ever pushed */
     int uni_direct;       /* uni[] is in use (FIRST with min_n == 1, from
@@ -691,8 +695,10 @@ void pld_index_free(pld_index *ix)
         free(ix->tables[n].freq);
         free(ix->tables[n].seen);
     }
-    for (n = 0; n < PLD_MAX_NGRAM + 1; n++)
+    for (n = 0; n < PLD_MAX_NGRAM + 1; n++) {
         free(ix->prev1[n]);
+        free(ix->first1[n]);
+    }
     free(ix->tokens);
     free(ix->uni);
     free(ix);
@@ -718,10 +724,14 @@ static pld_status reserve_tokens(pld_index *ix, size_t extra)
     }
     if (ix->policy == PLD_POLICY_RECENT) {
         for (n = ix->min_n; n <= ix->max_n; n++) {
-            uint32_t *prev = realloc(ix->prev1[n], cap * sizeof(uint32_t));
+            uint32_t *prev = realloc(ix->prev1[n], cap * sizeof(uint32_t)), *first;
             if (prev == NULL)
                 return PLD_ERR_NOMEM; /* cap stays: the grown ones are fine */
             ix->prev1[n] = prev;
+            first = realloc(ix->first1[n], cap * sizeof(uint32_t));
+            if (first == NULL)
+                return PLD_ERR_NOMEM;
+            ix->first1[n] = first;
         }
     }
     ix->cap = cap;
@@ -944,6 +954,8 @@ static PLD_ALWAYS_INLINE pld_status push_token_as(pld_index *ix, int64_t token,
         size_t s = find_or_file(ix, n, key, tags[n], start + 1, &found);
         if (policy == PLD_POLICY_RECENT) {
             ix->prev1[n][start] = found ? t->slots[s].pos1 : 0;
+            ix->first1[n][start] = found ? ix->first1[n][t->slots[s].pos1 - 1]
+                                         : (uint32_t)(start + 1);
             t->slots[s].pos1 = (uint32_t)(start + 1);
             ix->suffix1[n] = (uint32_t)(start + 1);
         } else {
@@ -1198,6 +1210,118 @@ size_t pld_index_propose(const pld_index *ix, size_t k,
     return pld_index_propose_n(ix, k, opts, out, NULL);
 }
 
+/* ------------------------------------------------------------- token tree */
+
+/* Is token one of eos[0..n_eos)? */
+static inline int tree_is_eos(int64_t token, const int64_t *eos, size_t n_eos)
+{
+    size_t e;
+    for (e = 0; e < n_eos; e++)
+        if (eos[e] == token)
+            return 1;
+    return 0;
+}
+
+/* The child of `parent` (-1: the root) holding token, or -1. */
+static inline int32_t tree_child(const pld_tree_node *nodes, int32_t root_first,
+                                 int32_t parent, int64_t token)
+{
+    int32_t c = parent < 0 ? root_first : nodes[parent].first_child;
+    while (c >= 0 && nodes[c].token != token)
+        c = nodes[c].next_sibling;
+    return c;
+}
+
+/* Merge the continuation tokens[start .. start + count) (cut at eos) of an
+ * n-gram match into the trie. */
+static void tree_insert(const int64_t *tokens, size_t start, size_t count, uint32_t n,
+                        const int64_t *eos, size_t n_eos, size_t max_nodes,
+                        pld_tree_node *nodes, size_t *n_nodes, int32_t *root_first)
+{
+    int32_t parent = -1;
+    size_t j;
+    for (j = 0; j < count; j++) {
+        const int64_t token = tokens[start + j];
+        int32_t c;
+        if (tree_is_eos(token, eos, n_eos))
+            return;
+        c = tree_child(nodes, *root_first, parent, token);
+        if (c < 0) {
+            pld_tree_node *v;
+            if (*n_nodes >= max_nodes)
+                return;
+            c = (int32_t)(*n_nodes)++;
+            v = &nodes[c];
+            v->token = token;
+            v->parent = parent;
+            v->depth = (uint32_t)(j + 1);
+            v->ngram = n;
+            v->support = 0;
+            v->first_child = -1;
+            /* appended after its siblings, so children keep creation order */
+            v->next_sibling = -1;
+            {
+                int32_t *link = parent < 0 ? root_first : &nodes[parent].first_child;
+                while (*link >= 0)
+                    link = &nodes[*link].next_sibling;
+                *link = c;
+            }
+        }
+        nodes[c].support++;
+        parent = c;
+    }
+}
+
+pld_status pld_index_propose_tree(const pld_index *ix, size_t depth, size_t per_ngram,
+                                  size_t max_nodes, const int64_t *eos, size_t n_eos,
+                                  pld_tree_node *out, size_t *n_nodes)
+{
+    uint32_t used[PLD_MAX_NGRAM * PLD_TREE_MAX_PER_NGRAM]; /* continuation starts taken */
+    size_t n_used = 0, top, n;
+    int32_t root_first = -1;
+    if (n_nodes != NULL)
+        *n_nodes = 0;
+    if (ix == NULL || n_nodes == NULL || depth < 1 || per_ngram < 1 ||
+        per_ngram > PLD_TREE_MAX_PER_NGRAM || max_nodes > PLD_TREE_MAX_NODES ||
+        (out == NULL && max_nodes > 0) || (eos == NULL && n_eos > 0))
+        return PLD_ERR_ARG;
+    top = ix->max_n < ix->len ? ix->max_n : ix->len;
+    for (n = top; n >= ix->min_n && n >= 1; n--) {
+        const uint32_t self1 = (uint32_t)(ix->len - n + 1); /* the suffix itself */
+        uint32_t cur = ix->suffix1[n], visits = 0;
+        uint32_t chosen[PLD_TREE_MAX_PER_NGRAM];
+        size_t n_chosen = 0, c;
+        if (cur == 0)
+            continue;
+        /* the earliest occurrence first: the method's own match */
+        chosen[n_chosen++] = ix->policy == PLD_POLICY_RECENT ? ix->first1[n][cur - 1] : cur;
+        if (ix->policy == PLD_POLICY_RECENT) {
+            /* then the latest ones, newest first, at most per_ngram in all */
+            while (cur != 0 && n_chosen < per_ngram && visits++ <= per_ngram) {
+                if (cur != self1 && cur != chosen[0])
+                    chosen[n_chosen++] = cur;
+                cur = ix->prev1[n][cur - 1];
+            }
+        }
+        for (c = 0; c < n_chosen; c++) {
+            const size_t i = chosen[c] - 1, start = i + n;
+            size_t u, count;
+            int taken = 0;
+            if (chosen[c] == self1 || start >= ix->len)
+                continue; /* no token follows */
+            for (u = 0; u < n_used && !taken; u++)
+                taken = used[u] == (uint32_t)start;
+            if (taken)
+                continue; /* a longer match already gave this continuation */
+            used[n_used++] = (uint32_t)start;
+            count = ix->len - start < depth ? ix->len - start : depth;
+            tree_insert(ix->tokens, start, count, (uint32_t)n, eos, n_eos, max_nodes, out,
+                        n_nodes, &root_first);
+        }
+    }
+    return PLD_OK;
+}
+
 /* --------------------------------------------------------------- accessors */
 
 size_t pld_index_len(const pld_index *ix) { return ix->len; }
@@ -1218,7 +1342,7 @@ size_t pld_index_nbytes(const pld_index *ix)
             total += seen_words(t->mask + 1) * sizeof(uint64_t);
     }
     if (ix->policy == PLD_POLICY_RECENT)
-        total += (ix->max_n - ix->min_n + 1) * ix->cap * sizeof(uint32_t);
+        total += 2 * (ix->max_n - ix->min_n + 1) * ix->cap * sizeof(uint32_t);
     total += ix->uni_cap * sizeof(pld_uni);
     return total;
 }

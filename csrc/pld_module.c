@@ -919,6 +919,31 @@ static void opts_release(opts_holder *oh)
     oh->eos_heap = NULL;
 }
 
+/* The ids of eos (an int or a sequence of them) copied into oh->opts.eos. */
+static int copy_eos(PyObject *eos, opts_holder *oh)
+{
+    token_input ti;
+    size_t i;
+    int64_t *dst;
+    if (token_input_get(eos, "eos_token_id", 1, &ti) < 0)
+        return -1;
+    if (ti.len > 8) {
+        oh->eos_heap = PyMem_Malloc(ti.len * sizeof(int64_t));
+        if (oh->eos_heap == NULL) {
+            token_input_release(&ti);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    dst = oh->eos_heap ? oh->eos_heap : oh->eos_small;
+    for (i = 0; i < ti.len; i++)
+        dst[i] = token_at(&ti, i);
+    oh->opts.eos = dst;
+    oh->opts.n_eos = ti.len;
+    token_input_release(&ti);
+    return 0;
+}
+
 static int parse_opts(PyObject *semantics, PyObject *max_length, PyObject *eos,
                       opts_holder *oh)
 {
@@ -938,30 +963,12 @@ static int parse_opts(PyObject *semantics, PyObject *max_length, PyObject *eos,
         oh->opts.max_length = (int64_t)v;
     }
     if (eos != NULL && eos != Py_None) {
-        token_input ti;
-        size_t i;
-        int64_t *dst;
         if (oh->opts.semantics != PLD_TRANSFORMERS) {
             PyErr_SetString(PyExc_ValueError,
                             "eos_token_id applies only with semantics='transformers'");
             return -1;
         }
-        if (token_input_get(eos, "eos_token_id", 1, &ti) < 0)
-            return -1;
-        if (ti.len > 8) {
-            oh->eos_heap = PyMem_Malloc(ti.len * sizeof(int64_t));
-            if (oh->eos_heap == NULL) {
-                token_input_release(&ti);
-                PyErr_NoMemory();
-                return -1;
-            }
-        }
-        dst = oh->eos_heap ? oh->eos_heap : oh->eos_small;
-        for (i = 0; i < ti.len; i++)
-            dst[i] = token_at(&ti, i);
-        oh->opts.eos = dst;
-        oh->opts.n_eos = ti.len;
-        token_input_release(&ti);
+        return copy_eos(eos, oh);
     }
     return 0;
 }
@@ -1432,6 +1439,90 @@ done:
     return result;
 }
 
+/* The trie's nodes as five lists (token, parent, depth, ngram, support). */
+static PyObject *tree_lists(const pld_tree_node *nodes, size_t n, int use_cache)
+{
+    PyObject *lists[5] = {NULL, NULL, NULL, NULL, NULL}, *result = NULL;
+    size_t i;
+    int f;
+    for (f = 0; f < 5; f++) {
+        lists[f] = PyList_New((Py_ssize_t)n);
+        if (lists[f] == NULL)
+            goto error;
+    }
+    for (i = 0; i < n; i++) {
+        const pld_tree_node *v = &nodes[i];
+        PyObject *items[5];
+        items[0] = use_cache ? cached_int(v->token) : PyLong_FromLongLong(v->token);
+        items[1] = PyLong_FromLong((long)v->parent);
+        items[2] = PyLong_FromUnsignedLong((unsigned long)v->depth);
+        items[3] = PyLong_FromUnsignedLong((unsigned long)v->ngram);
+        items[4] = PyLong_FromUnsignedLong((unsigned long)v->support);
+        for (f = 0; f < 5; f++) {
+            if (items[f] == NULL) {
+                int g;
+                for (g = 0; g < 5; g++)
+                    Py_XDECREF(items[g]);
+                goto error;
+            }
+        }
+        for (f = 0; f < 5; f++)
+            PyList_SET_ITEM(lists[f], (Py_ssize_t)i, items[f]);
+    }
+    result = PyTuple_Pack(5, lists[0], lists[1], lists[2], lists[3], lists[4]);
+error:
+    for (f = 0; f < 5; f++)
+        Py_XDECREF(lists[f]);
+    return result;
+}
+
+static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"depth", "per_ngram", "max_nodes", "eos_token_id"};
+    PyObject *a[4], *result = NULL;
+    size_t depth = 0, per_ngram = 4, max_nodes = 64, n = 0;
+    pld_tree_node *nodes = NULL;
+    opts_holder oh;
+    pld_status st;
+    memset(&oh, 0, sizeof(oh));
+    if (index_check(self) < 0)
+        return NULL;
+    if (parse_fast_args("propose_tree", args, nargs, kwnames, names, 4, 4, a) < 0)
+        return NULL;
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "propose_tree() missing required argument 'depth'");
+        return NULL;
+    }
+    /* every conversion (which may run Python code) before the index is read */
+    if (parse_size(a[0], "depth", 1, PLD_MAX_DRAFT, &depth) < 0)
+        return NULL;
+    if (a[1] && parse_size(a[1], "per_ngram", 1, PLD_TREE_MAX_PER_NGRAM, &per_ngram) < 0)
+        return NULL;
+    if (a[2] && parse_size(a[2], "max_nodes", 0, PLD_TREE_MAX_NODES, &max_nodes) < 0)
+        return NULL;
+    if (a[3] != NULL && a[3] != Py_None && copy_eos(a[3], &oh) < 0)
+        goto done;
+    if (index_check(self) < 0)
+        goto done;
+    nodes = PyMem_Malloc((max_nodes ? max_nodes : 1) * sizeof(pld_tree_node));
+    if (nodes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    st = pld_index_propose_tree(self->index, depth, per_ngram, max_nodes, oh.opts.eos,
+                                oh.opts.n_eos, nodes, &n);
+    if (st != PLD_OK) {
+        raise_status(st, "propose_tree");
+        goto done;
+    }
+    result = tree_lists(nodes, n, self->int_cache_ok);
+done:
+    PyMem_Free(nodes);
+    opts_release(&oh);
+    return result;
+}
+
 /* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
  * released when n is large and the op may have that much work to do. */
 static PyObject *index_sized_op(NgramIndexObject *self, PyObject *arg,
@@ -1546,6 +1637,16 @@ static PyMethodDef NgramIndex_methods[] = {
      "array, a torch tensor, array.array -- with room for num_pred_tokens ids): write\n"
      "the draft to out[:n] and return n; out[n:] is left as it was. No list and no int\n"
      "objects are made: a loop writes the draft straight into its sequence buffer."},
+    {"propose_tree", (PyCFunction)(void (*)(void))NgramIndex_propose_tree,
+     METH_FASTCALL | METH_KEYWORDS,
+     "propose_tree(depth, per_ngram=4, max_nodes=64, eos_token_id=None)\n--\n\n"
+     "Several continuations of the sequence merged into a token trie (pld.h, "
+     "pld_index_propose_tree): for each n-gram size from the largest, the earliest "
+     "occurrence of the suffix n-gram and (policy 'recent') the newest ones, up to "
+     "per_ngram; each continues for at most depth tokens, cut before an eos id; at "
+     "most max_nodes nodes. Returns (tokens, parents, depths, ngrams, supports), "
+     "lists with one entry a node, parents before children (parent -1: the root, "
+     "i.e. the sequence's last token)."},
     {"reserve", (PyCFunction)NgramIndex_reserve, METH_O,
      "reserve(n)\n--\n\nMake room for n more tokens, so that the next extends (n tokens in\n"
      "all) never grow a table: each then costs O(max_ngram_size) at worst, not only on\n"
