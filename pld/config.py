@@ -21,6 +21,8 @@ from typing import Any, Optional, Tuple
 MAX_DRAFT_TOKENS = 1 << 20
 MAX_INDEX_TOKENS = (1 << 32) - 3
 MAX_NGRAM = 64
+MAX_TREE_WIDTH = 4096  # PLD_TREE_MAX_NODES
+MAX_TREE_CANDIDATES = 16  # PLD_TREE_MAX_PER_NGRAM
 
 POLICIES = ("first", "recent", "frequent")
 SEMANTICS = ("seed", "transformers")
@@ -115,6 +117,14 @@ class DecodeConfig:
                        proposes the shorter continuation there is)
       adaptive         the draft length follows acceptance
                        (pld.draft_length.DraftLength)
+      draft_tree       several candidate continuations a step, verified as
+                       a token tree under a width budget (pld.tree_decoder;
+                       policy is then the index's "recent", which keeps
+                       every occurrence); False: one linear draft
+      tree_width       the most draft tokens a tree step verifies; the
+                       budget picks fewer where wider does not pay
+      tree_candidates  occurrences a tree takes of each n-gram size
+                       (<= 16)
       cost_aware       verify a draft only if its match size pays for the
                        wider forward on this machine (pld.draft_length.
                        CostGate; greedy only, so that seeded sampling
@@ -145,6 +155,9 @@ class DecodeConfig:
     policy: str = "first"
     semantics: str = "seed"
     adaptive: bool = False
+    draft_tree: bool = False
+    tree_width: int = 32
+    tree_candidates: int = 4
     cost_aware: bool = True
     eos_token_id: Any = EOS_FROM_MODEL
     do_sample: bool = False
@@ -169,10 +182,14 @@ class DecodeConfig:
         if self.min_ngram_size > self.max_ngram_size:
             raise ValueError(f"min_ngram_size ({self.min_ngram_size}) must not exceed "
                              f"max_ngram_size ({self.max_ngram_size})")
+        put("tree_width", check_size("tree_width", self.tree_width, 1, MAX_TREE_WIDTH,
+                                     "the C core's limit on a tree"))
+        put("tree_candidates", check_size("tree_candidates", self.tree_candidates, 1,
+                                          MAX_TREE_CANDIDATES))
         _choice("policy", self.policy, POLICIES)
         _choice("semantics", self.semantics, SEMANTICS)
         _choice("linear_kernel", self.linear_kernel, LINEAR_KERNELS)
-        for name in ("adaptive", "cost_aware", "do_sample", "output_scores", "output_logits",
+        for name in ("adaptive", "draft_tree", "cost_aware", "do_sample", "output_scores", "output_logits",
                      "record_steps"):
             put(name, _flag(name, getattr(self, name)))
         if not (is_index(self.eos_token_id) and operator.index(self.eos_token_id) == EOS_FROM_MODEL):

@@ -114,6 +114,9 @@ class Decoder:
     ``config`` (its eos_token_id resolved to ids). Call :meth:`step` until
     it returns False, then :meth:`result`."""
 
+    #: The index's match policy; None: the config's.
+    INDEX_POLICY: Optional[str] = None
+
     def __init__(self, model: Any, input_ids: torch.Tensor, config: DecodeConfig, *,
                  attention_mask: Optional[torch.Tensor] = None,
                  logits_processor: Sequence[Any] = (), stopping_criteria: Sequence[Any] = (),
@@ -133,7 +136,8 @@ class Decoder:
         self.buf = SequenceBuffer(input_ids, attention_mask, prompt_len + config.max_new_tokens,
                                   INITIAL_NEW_TOKENS + k + 1)
         self.cur = prompt_len
-        self.index = _core.NgramIndex(config.max_ngram_size, config.min_ngram_size, config.policy)
+        self.index = _core.NgramIndex(config.max_ngram_size, config.min_ngram_size,
+                                      self.INDEX_POLICY or config.policy)
         self.index.extend(input_ids[0].tolist())
         # the tables' growth is paid here, not in a step (and with each growth of the buffer)
         self.index.reserve(self.buf.capacity - prompt_len)
@@ -227,7 +231,7 @@ class Decoder:
         self.buf.write(self.cur, new[:keep])
         keep, stop = self._criteria_cut(keep, stop, processed)
         new, accepted = new[:keep], min(n, keep)
-        self.model.truncate_cache(self.cur + accepted)
+        self.keep_cache(accepted)
         if self.scores is not None:
             self.scores.extend(processed[j:j + 1] for j in range(keep))
         if self.raw is not None:
@@ -244,6 +248,11 @@ class Decoder:
             if self.on_step is not None:
                 self.on_step(record)
         self.done = stop or self.cur - self.buf.prompt_len >= self.config.max_new_tokens
+
+    def keep_cache(self, accepted: int) -> None:
+        """After a step the cache holds the sequence and the first
+        ``accepted`` draft tokens."""
+        self.model.truncate_cache(self.cur + accepted)
 
     def result(self) -> LoopResult:
         self.stats.total_seconds = time.perf_counter() - self.t_start

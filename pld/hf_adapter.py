@@ -114,6 +114,17 @@ class TransformersAdapter:
         if drop > 0:
             self.cache.crop(-drop)
         self.cached = n
+        self._check_held(n)
+
+    def keep_cache(self, m: int, offsets: list) -> None:
+        """Of the newest ``m`` cached tokens keep those at ``offsets``
+        (increasing), moved after the older ones: a token tree's accepted
+        path (the cache needs ``keep_last``: pld.kv_cache.OwnedCache)."""
+        self.cache.keep_last(m, offsets)
+        self.cached = self.cached - m + len(offsets)
+        self._check_held(self.cached)
+
+    def _check_held(self, n: int) -> None:
         if self.check_cache:
             held = self.cache.get_seq_length()
             if held != n:

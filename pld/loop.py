@@ -6,6 +6,7 @@ step: propose, verify, accept, commit) and steps it until it is done.
 """
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Callable, Optional, Sequence
 
@@ -13,7 +14,10 @@ import torch
 
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
 from .decoder import Decoder, LoopResult, LoopStats, StepRecord
+from .tree_decoder import TreeDecoder
 from .hf_adapter import TransformersAdapter, cache_blocker
+
+logger = logging.getLogger("pld")
 
 # PromptLookupCandidateGenerator reserves index room for at most this many
 # new tokens up front (the loop reserves as its buffer grows).
@@ -42,6 +46,18 @@ def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
 
     room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.num_pred_tokens + 1
     return cache_for(model, capacity=prompt_len + room)
+
+
+def tree_blocker(model: Any, cache: Any) -> Optional[str]:
+    """Why a token tree cannot be verified with this model and cache, or
+    None: the tree needs a cache that gathers the accepted path
+    (``keep_last``) and an attention that takes a 4D mask."""
+    if not callable(getattr(cache, "keep_last", None)):
+        return f"its cache ({type(cache).__name__}) cannot keep a tree's accepted path"
+    attn = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"
+    if attn not in ("eager", "sdpa"):
+        return f"its attention implementation ({attn}) takes no 4D attention mask"
+    return None
 
 
 def run(
@@ -80,7 +96,14 @@ def run(
     if cache is None:
         cache = default_cache(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
-    decoder = Decoder(adapter, input_ids, config, attention_mask=attention_mask,
+    decoder_class = Decoder
+    if config.draft_tree:
+        reason = tree_blocker(model, cache)
+        if reason is None:
+            decoder_class = TreeDecoder
+        else:
+            logger.info("pld: linear drafts instead of a token tree: %s", reason)
+    decoder = decoder_class(adapter, input_ids, config, attention_mask=attention_mask,
                       logits_processor=logits_processor or (),
                       stopping_criteria=stopping_criteria or (), streamer=streamer, on_step=on_step)
     with adapter.kernels():

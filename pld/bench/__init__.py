@@ -11,6 +11,9 @@ Subcommands (see ``python -m pld bench --help``):
   kv-forward
            a one-token forward on DynamicCache against pld.kv_cache's
            OwnedCache at a few context lengths.
+  tree-prior
+           fits pld.token_tree.PRIOR (acceptance of tree nodes by n-gram
+           size, support and depth) on held-out prompts.
   generation
            the speedup tables: tokens/s of greedy, transformers' prompt
            lookup and pld per task (summarization, RAG, two-turn chat,
@@ -27,6 +30,7 @@ SUBCOMMANDS = {
     "lookup": ("lookup", "time per step of the draft lookup vs context length"),
     "flood": ("flood", "extend of ids crafted to collide in the index's hash vs random ids"),
     "kv-forward": ("kv_forward", "one-token forward on transformers' DynamicCache vs pld.kv_cache's"),
+    "tree-prior": ("tree_prior", "fit the token tree's acceptance prior on prompts the reports do not use"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 

@@ -38,6 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "in the working directory or a parent)")
     p.add_argument("--tasks", default="all", help=f"'all' or some of {','.join(task_sources.TASKS)}")
     p.add_argument("--limit", type=int, default=10, help="prompts per task (default 10)")
+    p.add_argument("--skip", type=int, default=0,
+                   help="prompts per task to pass over first (default 0): fit on one set, report another")
     p.add_argument("--methods", default="default",
                    help="'default', 'all' or names from: " + ", ".join(registry.REGISTRY))
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     from . import report
 
-    prompts = task_sources.load(args.source, tasks, args.limit, data)
+    prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
     if not prompts:
         raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
     chosen = registry.select(args.methods)
@@ -80,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     generators = registry.build(chosen, setup)
     config = {"source": args.source, "model": args.model or models.EMBEDDED_NAME, "dtype": args.dtype,
               "device": device, "max_new_tokens": args.max_new_tokens,
-              "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram}
+              "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram,
+              **({"skip": args.skip} if args.skip else {})}
     fingerprint = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
     os.makedirs(args.out, exist_ok=True)
@@ -186,7 +189,9 @@ def chat_input_ids(tokenizer: Any, user_turns: List[str], answers: List[str]) ->
 
 class ForwardMeter:
     """Counts the model's forward passes and the time spent inside them,
-    through module hooks (the same for every method)."""
+    through module hooks (the same for every method). The forwards of a
+    token tree's one-time cost calibration (pld.forward_cost) are not
+    counted; their time is in the generation's wall time."""
 
     def __init__(self, model: Any, synchronize: bool = False) -> None:
         self.synchronize = synchronize
@@ -210,8 +215,12 @@ class ForwardMeter:
         self._t0 = time.perf_counter()
 
     def _after(self, module: Any, inputs: Any, output: Any) -> None:
+        from pld import forward_cost
+
         self._sync()
-        if self._t0 is not None:
+        if forward_cost.calibrating():  # measuring c(w) once per model: not a decoding step
+            self._t0 = None
+        elif self._t0 is not None:
             self.seconds += time.perf_counter() - self._t0
             self.calls += 1
             self._t0 = None

@@ -65,12 +65,16 @@ def parse_tasks(spec: str) -> List[str]:
     return names
 
 
-def balanced(prompts: Iterable[Prompt], tasks: Sequence[str], limit: int) -> List[Prompt]:
+def balanced(prompts: Iterable[Prompt], tasks: Sequence[str], limit: int,
+             skip: int = 0) -> List[Prompt]:
     """Up to ``limit`` prompts per task, taken round-robin over the task's
-    categories (in order of first appearance) so every category is covered;
-    the result is grouped by task in the order of ``tasks``."""
+    categories (in order of first appearance) so every category is covered,
+    after the first ``skip`` of that order; the result is grouped by task in
+    the order of ``tasks``."""
     if limit <= 0:
         raise ValueError(f"limit: expected a positive number of prompts per task, got {limit}")
+    if skip < 0:
+        raise ValueError(f"skip: expected a number of prompts >= 0, got {skip}")
     by_task: Dict[str, Dict[str, List[Prompt]]] = {t: {} for t in tasks}
     for p in prompts:
         if p.task in by_task:
@@ -79,10 +83,12 @@ def balanced(prompts: Iterable[Prompt], tasks: Sequence[str], limit: int) -> Lis
     for t in tasks:
         queues = [list(q) for q in by_task[t].values()]
         taken = 0
-        while taken < limit and any(queues):
+        while taken < skip + limit and any(queues):
             for q in queues:
-                if q and taken < limit:
-                    out.append(q.pop(0))
+                if q and taken < skip + limit:
+                    prompt = q.pop(0)
+                    if taken >= skip:
+                        out.append(prompt)
                     taken += 1
     return out
 
@@ -141,12 +147,14 @@ def default_spec_bench(cwd: Optional[str] = None) -> str:
         f"or set ${SPEC_BENCH_ENV}=PATH. Tried ${SPEC_BENCH_ENV} (not set) and:\n  {listed}")
 
 
-def load(source: str, tasks: Sequence[str], limit: int, data: str = "") -> List[Prompt]:
-    """``limit`` prompts per task from ``source`` (see :data:`SOURCES`)."""
+def load(source: str, tasks: Sequence[str], limit: int, data: str = "",
+         skip: int = 0) -> List[Prompt]:
+    """``limit`` prompts per task from ``source`` (see :data:`SOURCES`),
+    after the first ``skip`` (:func:`balanced`)."""
     if source == "builtin":
         from . import builtin_tasks
 
-        found = builtin_tasks.prompts(tasks, limit)
+        found = builtin_tasks.prompts(tasks, skip + limit)
     elif source == "spec-bench":
         if not data:
             raise ValueError("data: the spec-bench source needs --data PATH to a question.jsonl "
@@ -155,7 +163,7 @@ def load(source: str, tasks: Sequence[str], limit: int, data: str = "") -> List[
     elif source == "hub":
         from . import hub_tasks
 
-        found = hub_tasks.prompts(tasks, limit)
+        found = hub_tasks.prompts(tasks, skip + limit)
     else:
         raise ValueError(f"source: expected one of {SOURCES}, got {source!r}")
-    return balanced(found, tasks, limit)
+    return balanced(found, tasks, limit, skip)

@@ -1,0 +1,123 @@
+"""Fit the token tree's acceptance prior (pld.token_tree.PRIOR) on prompts
+the reported benchmarks do not use.
+
+    python -m pld bench tree-prior --source spec-bench --tasks summarization,rag,translation \\
+        --skip 40 --limit 40 --max-new-tokens 96
+
+Every prompt is decoded with token-tree drafts whose width budget is off
+(every node the index proposes is verified, up to --width), so
+every kind of node is tried, not only those the prior favours. For every
+verified node whose parent was accepted, the bucket (n-gram size, support,
+depth) counts a trial, and a hit if the model accepted it. The rates print
+as a table and as the PRIOR literal, each bucket shrunk toward its
+smaller neighbours (see :func:`fitted`). The generation bench's reported runs use the first
+prompts of each task (--skip 0), so fit with --skip at least their --limit.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict, List, Tuple
+
+from . import tasks as task_sources
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--source", choices=task_sources.SOURCES, default="spec-bench")
+    p.add_argument("--data", default="", help="the spec-bench question.jsonl (default: found as "
+                   "for the generation bench)")
+    p.add_argument("--tasks", default="summarization,rag,translation")
+    p.add_argument("--skip", type=int, default=40, help="prompts per task to pass over first "
+                   "(default 40: the reported runs use fewer)")
+    p.add_argument("--limit", type=int, default=40, help="prompts per task fitted on (default 40)")
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--num-pred-tokens", type=int, default=10)
+    p.add_argument("--width", type=int, default=48, help="nodes verified a step (default 48)")
+    p.add_argument("--strength", type=float, default=10.0,
+                   help="trials a bucket's neighbours are worth in its fit (default 10)")
+    p.add_argument("--model", default=None)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
+    """(PRIOR literal, table lines) from an AcceptanceModel's raw counts.
+
+    A bucket's rate is shrunk toward its neighbours' (the largest rate among
+    the buckets one step smaller in n-gram size, support or depth: more of
+    each makes a node likelier, not less), worth ``strength`` trials, so
+    buckets with few trials borrow from better-observed ones."""
+    from pld import token_tree as tt
+
+    depth_buckets = len(tt.DEPTH_EDGES) + 1
+    total_hits = sum(model.hits.values())
+    total_trials = sum(model.trials.values())
+    overall = total_hits / total_trials if total_trials else 0.5
+    rates: Dict[Tuple[int, int, int], float] = {}
+    lines = ["n-gram support depth  trials  observed  fitted"]
+    for n in range(tt.NGRAM_BUCKETS):
+        for s in range(tt.SUPPORT_BUCKETS):
+            for d in range(depth_buckets):
+                trials, hits = model.trials[(n, s, d)], model.hits[(n, s, d)]
+                smaller = [rates[b] for b in ((n - 1, s, d), (n, s - 1, d), (n, s, d - 1)) if b in rates]
+                base = max(smaller) if smaller else overall
+                rate = (hits + strength * base) / (trials + strength)
+                rates[(n, s, d)] = round(rate, 2)
+                observed = f"{hits / trials:.3f}" if trials else "   -"
+                lines.append(f"{n + 1:>6} {s + 1:>7} {d + 1:>5} {int(trials):>7}  {observed:>8}  {rate:.3f}")
+    prior = tuple(tuple(tuple(rates[(n, s, d)] for d in range(depth_buckets))
+                        for s in range(tt.SUPPORT_BUCKETS)) for n in range(tt.NGRAM_BUCKETS))
+    return prior, lines
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from pld import forward_cost, models
+    from pld.config import DecodeConfig
+    from pld.hf_adapter import TransformersAdapter
+    from pld.kv_cache import cache_for
+    from pld.token_tree import AcceptanceModel
+    from pld.tree_decoder import TreeDecoder
+
+    from .generation import _progress, chat_input_ids
+
+    tasks = task_sources.parse_tasks(args.tasks)
+    data = args.data or (task_sources.default_spec_bench() if args.source == "spec-bench" else "")
+    prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = models.load(args.model)
+    counts = AcceptanceModel(prior_weight=0.0)
+
+    class EveryNode(TreeDecoder):
+        """Verifies the first --width nodes of every tree (creation order:
+        ancestor-closed), whatever the prior or the budget would choose."""
+
+        def propose_tree(self):
+            tree, _ = super().propose_tree()
+            return tree, list(range(min(len(tree), args.width))) if tree is not None else []
+
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
+                          draft_tree=True, tree_width=args.width,
+                          eos_token_id=model.generation_config.eos_token_id)
+    bar = _progress(sum(len(p.turns[:1]) for p in prompts), disable=args.no_progress)
+    for p in prompts:
+        ids = chat_input_ids(tokenizer, list(p.turns[:1]), [])
+        adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + args.max_new_tokens + 64))
+        decoder = EveryNode(adapter, ids, config.with_model_eos(model))
+        decoder.acceptance = counts  # the counts gather over all prompts
+        decoder.cost = forward_cost.ForwardCost([1, 2], [1.0, 1.0])  # no calibration needed
+        with torch.no_grad(), adapter.kernels():
+            while decoder.step():
+                pass
+        bar.update(1)
+    bar.close()
+    prior, lines = fitted(counts, args.strength)
+    print(f"# {len(prompts)} prompts: tasks {tasks}, skip {args.skip}, limit {args.limit}, "
+          f"{args.max_new_tokens} new tokens, width {args.width}")
+    print("\n".join(lines))
+    print("PRIOR = (")
+    for n in prior:
+        print(f"    {n},")
+    print(")")
+    return 0

@@ -1,0 +1,128 @@
+"""What a forward over w new tokens costs, measured on this machine and model.
+
+A token-tree step verifies W draft tokens (plus the pending one) in one
+forward. Whether a wider tree pays depends on c(w): the time of a forward
+over w new tokens at the current context, in units of a one-token forward.
+On a GPU c grows slowly (the weights are read once whatever w is); on a CPU
+it grows quickly (the arithmetic grows with w). :class:`ForwardCost` holds
+c(w) measured on the model itself (:func:`calibrate`), interpolated
+between the measured widths.
+
+Calibration happens before a generation's first drafted step and the table
+is then frozen for that generation (and kept for the model, per context
+size class), so a step's choice of width never reads the clock: seeded
+sampling repeats exactly.
+"""
+from __future__ import annotations
+
+import bisect
+import time
+import weakref
+from typing import Any, Callable, Dict, Sequence, Tuple
+
+#: Widths (new tokens a forward) the calibration times.
+WIDTHS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+#: Timings per width; the fastest one counts (noise only ever adds time).
+REPEATS = 3
+
+
+class ForwardCost:
+    """c(w) for w >= 1 from timings at ``widths`` (seconds, any unit),
+    normalised so that c(1) = 1, made non-decreasing, interpolated linearly
+    between widths and extended past the widest one along its last slope."""
+
+    def __init__(self, widths: Sequence[int], seconds: Sequence[float]) -> None:
+        if len(widths) != len(seconds) or not widths or widths[0] != 1:
+            raise ValueError("widths: expected increasing widths from 1, one time each")
+        if any(b <= a for a, b in zip(widths, widths[1:])):
+            raise ValueError("widths: expected increasing widths from 1, one time each")
+        if any(not s > 0 for s in seconds):
+            raise ValueError("seconds: every time must be positive")
+        unit = seconds[0]
+        costs, top = [], 0.0
+        for s in seconds:
+            top = max(top, s / unit)  # a wider forward never costs less
+            costs.append(top)
+        self.widths: Tuple[int, ...] = tuple(int(w) for w in widths)
+        self.costs: Tuple[float, ...] = tuple(costs)
+
+    def __call__(self, w: int) -> float:
+        """c(w), in one-token forwards (w >= 1)."""
+        ws, cs = self.widths, self.costs
+        if w <= 1:
+            return 1.0
+        i = bisect.bisect_left(ws, w)
+        if i < len(ws) and ws[i] == w:
+            return cs[i]
+        if i == len(ws):  # past the widest: the last slope
+            if len(ws) == 1:
+                return cs[0] * w
+            slope = (cs[-1] - cs[-2]) / (ws[-1] - ws[-2])
+            return cs[-1] + slope * (w - ws[-1])
+        a, b = ws[i - 1], ws[i]
+        return cs[i - 1] + (cs[i] - cs[i - 1]) * (w - a) / (b - a)
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{w}: {c:.2f}" for w, c in zip(self.widths, self.costs))
+        return f"ForwardCost({{{pairs}}})"
+
+
+def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
+            repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter) -> ForwardCost:
+    """Time ``forward(w)`` (a forward over w new tokens that leaves the
+    model's state as it found it) ``repeats`` times at each width, widths
+    interleaved, and keep each width's fastest time."""
+    global _calibrating
+    best = [float("inf")] * len(widths)
+    _calibrating += 1
+    try:
+        forward(widths[-1])  # the first call pays for allocations, not counted
+        for _ in range(repeats):
+            for j, w in enumerate(widths):
+                t0 = clock()
+                forward(w)
+                best[j] = min(best[j], clock() - t0)
+    finally:
+        _calibrating -= 1
+    return ForwardCost(widths, [max(s, 1e-9) for s in best])
+
+
+_calibrating = 0
+
+
+def calibrating() -> bool:
+    """Whether a calibration is running (its forwards are not decoding
+    steps: the benchmark's forward counter leaves them out)."""
+    return _calibrating > 0
+
+
+# Calibrations kept per model: context size class -> ForwardCost.
+_TABLES: "weakref.WeakKeyDictionary[Any, Dict[Tuple, ForwardCost]]" = weakref.WeakKeyDictionary()
+
+
+def size_class(context: int) -> int:
+    """Contexts within a factor of 4 share a calibration: 0 below 256
+    tokens, then 1 for [256, 1024), 2 for [1024, 4096), ..."""
+    c, edge = 0, 256
+    while context >= edge:
+        c, edge = c + 1, edge * 4
+    return c
+
+
+def cached_or_measure(model: Any, key: Tuple, forward: Callable[[int], Any],
+                      widths: Sequence[int] = WIDTHS) -> ForwardCost:
+    """The model's table for ``key`` (its context size class, dtype, device,
+    kernels...), measured with ``forward`` the first time it is asked for."""
+    try:
+        tables = _TABLES.setdefault(model, {})
+    except TypeError:  # a model that cannot be weakly referenced: measure every time
+        return measure(forward, widths)
+    table = tables.get(key)
+    if table is None:
+        table = tables[key] = measure(forward, widths)
+    return table
+
+
+def forget(model: Any) -> None:
+    """Drop the calibrations kept for ``model`` (the next generation measures again)."""
+    _TABLES.pop(model, None)

@@ -1,0 +1,189 @@
+"""A token tree of drafts: which nodes to verify, and how they see each other.
+
+The index (``NgramIndex.propose_tree``) merges several candidate
+continuations of the sequence into a trie. A step then
+
+1. scores each node with the estimated probability that the model accepts
+   it given that its parent was accepted (:class:`AcceptanceModel`: learned
+   online within the generation, per n-gram size, support and depth, from
+   a prior), so the probability that a node is reached is the product
+   along its path;
+2. picks the W nodes most likely to be reached -- an ancestor-closed set,
+   since a child is never likelier than its parent -- with W maximising the
+   expected tokens of the step per unit of forward cost, ``(1 + sum of the
+   W probabilities) / c(pending + W)``, from the measured cost model
+   (:mod:`pld.forward_cost`). W = 0 (no draft) and a single chain (a linear
+   draft) are among the choices, so the choice is never worse than either
+   in expectation;
+3. verifies them in one forward: each node at position ``last + depth``,
+   attending to the context, its ancestors and itself
+   (:func:`attention_mask`).
+
+Nothing here changes what is generated: acceptance walks from the root
+along the model's own choices (pld.tree_decoder).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+#: Buckets of the acceptance model: n-gram size 1, 2, 3+; support 1, 2, 3+;
+#: depth 1, 2, 3-4, 5-8, 9+.
+NGRAM_BUCKETS = 3
+SUPPORT_BUCKETS = 3
+DEPTH_EDGES = (1, 2, 4, 8)
+
+#: The prior: P(a node is accepted | its parent was) by [n-gram bucket]
+#: [support bucket][depth bucket]. Fitted by ``python -m pld bench
+#: tree-prior`` (pld/bench/tree_prior.py) on prompts the reported runs do
+#: not use; see that module for the command and the fit.
+PRIOR = (
+    ((0.20, 0.25, 0.30, 0.30, 0.30), (0.30, 0.35, 0.40, 0.40, 0.40), (0.40, 0.45, 0.50, 0.50, 0.50)),
+    ((0.35, 0.40, 0.45, 0.50, 0.50), (0.45, 0.50, 0.55, 0.60, 0.60), (0.55, 0.60, 0.65, 0.70, 0.70)),
+    ((0.50, 0.60, 0.65, 0.70, 0.75), (0.60, 0.65, 0.70, 0.75, 0.80), (0.70, 0.75, 0.80, 0.85, 0.85)),
+)
+#: How many observations the prior is worth in each bucket.
+PRIOR_WEIGHT = 4.0
+#: A node is never given a probability above this (and siblings share at most 1).
+MAX_PROBABILITY = 0.98
+
+
+@dataclass
+class TokenTree:
+    """Nodes in creation order (a parent before its children); parent -1 is
+    the root, the sequence's last token."""
+
+    tokens: List[int]
+    parents: List[int]
+    depths: List[int]
+    ngrams: List[int]
+    supports: List[int]
+
+    @classmethod
+    def from_index(cls, index, depth: int, per_ngram: int, max_nodes: int,
+                   eos: Sequence[int] = ()) -> "TokenTree":
+        return cls(*index.propose_tree(depth, per_ngram=per_ngram, max_nodes=max_nodes,
+                                       eos_token_id=list(eos) or None))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def _bucket(ngram: int, support: int, depth: int) -> Tuple[int, int, int]:
+    d = 0
+    while d < len(DEPTH_EDGES) and depth > DEPTH_EDGES[d]:
+        d += 1
+    return (min(ngram, NGRAM_BUCKETS) - 1, min(support, SUPPORT_BUCKETS) - 1, d)
+
+
+class AcceptanceModel:
+    """P(node accepted | parent accepted) per bucket: a running rate that
+    starts from the prior, worth :data:`PRIOR_WEIGHT` observations."""
+
+    def __init__(self, prior_weight: float = PRIOR_WEIGHT, prior=PRIOR) -> None:
+        self.hits: Dict[Tuple[int, int, int], float] = {}
+        self.trials: Dict[Tuple[int, int, int], float] = {}
+        for n in range(NGRAM_BUCKETS):
+            for s in range(SUPPORT_BUCKETS):
+                for d in range(len(DEPTH_EDGES) + 1):
+                    self.hits[(n, s, d)] = min(MAX_PROBABILITY, prior[n][s][d]) * prior_weight
+                    self.trials[(n, s, d)] = prior_weight
+
+    def rate(self, ngram: int, support: int, depth: int) -> float:
+        b = _bucket(ngram, support, depth)
+        return min(MAX_PROBABILITY, self.hits[b] / self.trials[b]) if self.trials[b] else 0.5
+
+
+    def reach(self, tree: TokenTree) -> List[float]:
+        """P(node reached) for every node: the product of the rates along
+        its path, siblings scaled to share at most 1."""
+        q = [self.rate(n, s, d) for n, s, d in zip(tree.ngrams, tree.supports, tree.depths)]
+        total: Dict[int, float] = {}
+        for j, parent in enumerate(tree.parents):
+            total[parent] = total.get(parent, 0.0) + q[j]
+        reach: List[float] = []
+        for j, parent in enumerate(tree.parents):
+            share = q[j] / total[parent] if total[parent] > 1.0 else q[j]
+            reach.append(share * (reach[parent] if parent >= 0 else 1.0))
+        return reach
+
+    def update(self, tree: TokenTree, chosen: Sequence[int], path: Sequence[int]) -> None:
+        """After a step: every verified node (``chosen``) whose parent was
+        reached was a trial; those on the accepted ``path`` were hits."""
+        reached = {-1, *path}
+        on_path = set(path)
+        for j in chosen:
+            if tree.parents[j] in reached:
+                b = _bucket(tree.ngrams[j], tree.supports[j], tree.depths[j])
+                self.trials[b] += 1.0
+                if j in on_path:
+                    self.hits[b] += 1.0
+
+
+def choose(reach: Sequence[float], cost, pending: int, max_width: int) -> List[int]:
+    """The nodes to verify: the W likeliest to be reached (creation order
+    returned, so parents come first), W in [0, max_width] maximising
+    ``(1 + their reach) / cost(pending + W)``."""
+    order = sorted(range(len(reach)), key=lambda j: (-reach[j], j))[:max_width]
+    best_w, best_rate, gained = 0, 1.0 / cost(pending), 1.0
+    for w, j in enumerate(order, start=1):
+        gained += reach[j]
+        rate = gained / cost(pending + w)
+        if rate > best_rate:
+            best_w, best_rate = w, rate
+    return sorted(order[:best_w])
+
+
+def local_parents(tree: TokenTree, chosen: Sequence[int]) -> List[int]:
+    """For each chosen node its parent's offset in ``chosen`` (-1: the root)."""
+    where = {j: i for i, j in enumerate(chosen)}
+    return [where[tree.parents[j]] if tree.parents[j] >= 0 else -1 for j in chosen]
+
+
+def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parents: Sequence[int],
+                   dtype: torch.dtype) -> torch.Tensor:
+    """The additive [1, 1, pending + W, cached + pending + W] mask of a
+    tree forward: the pending tokens see the context causally; node i sees
+    the context (all ``cached + pending`` tokens), its ancestors and itself.
+    ``context_mask`` ([cached + pending], 0 = padding) blocks padded
+    columns for every row. 0 where attended, the dtype's minimum elsewhere."""
+    w = len(parents)
+    cur = cached + pending
+    q = pending + w
+    allowed = torch.zeros((q, cur + w), dtype=torch.bool)
+    allowed[:, :cached] = True
+    allowed[:pending, cached:cur] = torch.ones((pending, pending), dtype=torch.bool).tril()
+    allowed[pending:, cached:cur] = True
+    ancestors = allowed[pending:, cur:]
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            ancestors[i] = ancestors[parent]
+        ancestors[i, i] = True
+    allowed[:, :cur] &= context_mask.to(torch.bool)[None, :cur]
+    mask = torch.zeros((q, cur + w), dtype=dtype)
+    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+    return mask[None, None]
+
+
+def walk(tree: TokenTree, chosen: Sequence[int], pick) -> Tuple[List[int], List[int]]:
+    """Acceptance from the root: ``pick(row)`` is the model's token at a
+    verified row (0: the root, i + 1: chosen[i]); while it is a verified
+    child of the current node, descend. Returns (path: offsets in
+    ``chosen`` of the accepted nodes, tokens: the path's tokens and the
+    model's token after it)."""
+    children: Dict[Tuple[int, int], int] = {}
+    for i, parent in enumerate(local_parents(tree, chosen)):
+        children[(parent, tree.tokens[chosen[i]])] = i
+    path: List[int] = []
+    tokens: List[int] = []
+    node = -1
+    while True:
+        t = pick(node + 1)
+        tokens.append(t)
+        nxt: Optional[int] = children.get((node, t))
+        if nxt is None:
+            return path, tokens
+        path.append(nxt)
+        node = nxt

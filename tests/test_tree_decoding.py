@@ -1,0 +1,316 @@
+"""Token-tree drafts (draft_tree=True): greedy output equals plain greedy
+decoding (float32, tiny models of three architectures, context-sensitive
+variants that expose a wrong KV cache), with eos, budgets, left padding,
+logits processors and scores; seeded sampling repeats; the fallback to
+linear drafts; and the tree's parts (choice under the budget, attention
+mask, cost table).
+
+The sampling law through a tree is checked in test_tree_sampling.py.
+"""
+from __future__ import annotations
+
+import logging
+import random
+
+import pytest
+
+import models_fixtures as mf
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
+
+
+def _tree(model, ids, n_new, **kw):
+    import pld
+
+    kw.setdefault("eos_token_id", None)
+    return pld.generate(model, ids, max_new_tokens=n_new, draft_tree=True, record_steps=True, **kw)
+
+
+def _branching_prompt(rng, vocab=mf.PROMPT_VOCAB):
+    """A prompt whose suffix recurs with different continuations, so that
+    trees branch: a key bigram, then several spans each led by it."""
+    key = [rng.randrange(vocab), rng.randrange(vocab)]
+    prompt = [rng.randrange(vocab) for _ in range(rng.randint(0, 6))]
+    for _ in range(rng.randint(2, 5)):
+        prompt += key + [rng.randrange(vocab) for _ in range(rng.randint(1, 6))]
+    return prompt + key
+
+
+@pytest.mark.parametrize("arch, sharp", [(a, False) for a in mf.ALL_ARCHS]
+                         + [(a, True) for a in mf.ARCHS])
+def test_tree_greedy_exact(arch, sharp, caplog):
+    caplog.set_level(logging.INFO, logger="pld")
+    model = mf.sharp_model(arch) if sharp else mf.tiny_model(arch)
+    rng = random.Random(f"tree-{arch}-{sharp}")
+    drafted = branched = 0
+    for i in range(24):
+        prompt = _branching_prompt(rng) if i % 2 else mf.repeated_prompt(rng)
+        ids = mf.as_ids(prompt)
+        n_new = [1, 2, rng.randint(3, 12), rng.randint(13, 40)][i % 4]
+        expected = mf.greedy(model, ids, n_new)
+        eos = rng.choice(expected) if expected and rng.random() < 0.3 else None
+        if eos is not None:
+            expected = mf.greedy(model, ids, n_new, eos=eos)
+        k = rng.choice([1, 3, 5, 10])
+        gen = _tree(model, ids, n_new, num_pred_tokens=k, max_ngram_size=rng.choice([1, 2, 3]),
+                    tree_width=rng.choice([1, 4, 16, 64]), tree_candidates=rng.choice([1, 4, 8]),
+                    eos_token_id=eos)
+        assert gen.new_tokens == expected, dict(prompt=prompt, n_new=n_new, k=k, eos=eos)
+        drafted += sum(r.proposed > 0 for r in gen.stats.records)
+        branched += sum(r.proposed > r.accepted + 1 for r in gen.stats.records)
+    assert drafted >= 20  # trees were verified, not only plain steps
+    assert branched >= 5
+    assert not [r for r in caplog.records if "instead of a token tree" in r.getMessage()]
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_tree_accepts_more_than_one_token_a_step(arch):
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"tree-accept-{arch}")
+    long_steps = 0
+    for _ in range(10):
+        ids = mf.as_ids(mf.repeated_prompt(rng))
+        gen = _tree(model, ids, 24)
+        assert gen.new_tokens == mf.greedy(model, ids, 24)
+        long_steps += sum(r.accepted >= 2 for r in gen.stats.records)
+    assert long_steps >= 3
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_tree_left_padded_prompt(arch):
+    import torch
+
+    import pld
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"tree-pad-{arch}")
+    for _ in range(6):
+        prompt = _branching_prompt(rng)
+        pad = rng.randint(1, 4)
+        ids = torch.tensor([[mf.PAD] * pad + prompt])
+        mask = torch.tensor([[0] * pad + [1] * len(prompt)])
+        expected = mf.greedy(model, ids, 16, attention_mask=mask)
+        gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=16, draft_tree=True,
+                           eos_token_id=None)
+        assert gen.new_tokens == expected
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_tree_with_logits_processors_and_scores(arch):
+    """A processor that reads the ids (repetition penalty: each row must see
+    its own node's prefix) and a row-wise one; scores as plain decoding's."""
+    import torch
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from pld import loop
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"tree-proc-{arch}")
+    for _ in range(6):
+        ids = mf.as_ids(_branching_prompt(rng))
+        with torch.no_grad():
+            ref = model.generate(ids, do_sample=False, max_new_tokens=12, repetition_penalty=1.3,
+                                 output_scores=True, return_dict_in_generate=True)
+        expected = ref.sequences[0, ids.shape[1]:].tolist()
+        procs = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)])
+        with torch.no_grad():
+            gen = loop.run(model, ids, max_new_tokens=12, draft_tree=True, eos_token_id=None,
+                           logits_processor=procs, output_scores=True, record_steps=True)
+        assert gen.sequences[0, ids.shape[1]:].tolist() == expected
+        assert len(gen.scores) == len(expected)
+        for mine, theirs in zip(gen.scores, ref.scores):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_tree_under_model_generate(arch, monkeypatch):
+    """pld.enable(draft_tree=True): model.generate(prompt_lookup_num_tokens=k)
+    runs tree steps, gives greedy's tokens and transformers' scores."""
+    import torch
+
+    import pld
+    from pld.tree_decoder import TreeDecoder
+
+    model = mf.tiny_model(arch)
+    counter = mf.install_counter(monkeypatch)
+    trees = []
+    original = TreeDecoder.propose_tree
+
+    def counting(self):
+        tree, chosen = original(self)
+        trees.append(len(chosen))
+        return tree, chosen
+
+    monkeypatch.setattr(TreeDecoder, "propose_tree", counting)
+    rng = random.Random(f"tree-hf-{arch}")
+    for _ in range(6):
+        ids = mf.as_ids(_branching_prompt(rng))
+        with torch.no_grad():
+            ref = model.generate(ids, do_sample=False, max_new_tokens=20, output_scores=True,
+                                 return_dict_in_generate=True)
+        with torch.no_grad(), pld.enabled(draft_tree=True):
+            out = model.generate(ids, do_sample=False, max_new_tokens=20, prompt_lookup_num_tokens=6,
+                                 output_scores=True, return_dict_in_generate=True)
+        assert out.sequences.tolist() == ref.sequences.tolist()
+        assert len(out.scores) == len(ref.scores)
+        for mine, theirs in zip(out.scores, ref.scores):
+            torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+    assert counter.calls == 6
+    assert sum(w > 0 for w in trees) >= 6  # trees were verified
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_tree_seeded_sampling_repeats(arch):
+    import torch
+
+    import pld
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"tree-seed-{arch}")
+    for seed in range(4):
+        ids = mf.as_ids(_branching_prompt(rng))
+        runs = []
+        for _ in range(2):
+            torch.manual_seed(seed)
+            runs.append(pld.generate(model, ids, max_new_tokens=20, draft_tree=True, do_sample=True,
+                                     temperature=1.3, eos_token_id=None).new_tokens)
+        assert runs[0] == runs[1] and len(runs[0]) == 20
+
+
+def test_tree_falls_back_to_linear_drafts_on_a_cache_without_keep_last(caplog):
+    import torch
+    from transformers import DynamicCache
+
+    from pld import loop
+
+    caplog.set_level(logging.INFO, logger="pld")
+    model = mf.tiny_model("llama")
+    ids = mf.as_ids(mf.repeated_prompt(random.Random("fallback")))
+    with torch.no_grad():
+        got = loop.run(model, ids, max_new_tokens=16, draft_tree=True, cache=DynamicCache())
+    assert got.sequences[0, ids.shape[1]:].tolist() == mf.greedy(model, ids, 16)
+    assert any("linear drafts instead of a token tree" in r.getMessage() for r in caplog.records)
+
+
+def test_tree_blocker_names_the_attention_implementation():
+    from transformers import DynamicCache
+
+    from pld.kv_cache import OwnedCache
+    from pld.loop import tree_blocker
+
+    model = mf.tiny_model("llama")
+    assert tree_blocker(model, OwnedCache()) is None
+    assert "cache" in tree_blocker(model, DynamicCache())
+
+    class Flash:
+        class config:
+            _attn_implementation = "flash_attention_2"
+
+    assert "flash_attention_2" in tree_blocker(Flash(), OwnedCache())
+
+
+# -- the parts -----------------------------------------------------------------
+
+def _tree_of(tokens, parents, depths, ngrams=None, supports=None):
+    from pld.token_tree import TokenTree
+
+    n = len(tokens)
+    return TokenTree(list(tokens), list(parents), list(depths), list(ngrams or [3] * n),
+                     list(supports or [1] * n))
+
+
+def test_choose_is_ancestor_closed_and_follows_the_cost():
+    from pld.forward_cost import ForwardCost
+    from pld.token_tree import choose
+
+    reach = [0.9, 0.8, 0.1, 0.7, 0.05]  # 0 -> 1 -> 3 (likely), 0 -> 2, 1 -> 4
+    flat = ForwardCost([1, 64], [1.0, 1.0])
+    assert choose(reach, flat, 1, 10) == [0, 1, 2, 3, 4]
+    assert choose(reach, flat, 1, 3) == [0, 1, 3]
+    steep = ForwardCost([1, 2, 3], [1.0, 2.0, 3.0])  # each token costs a forward: never pays
+    assert choose(reach, steep, 1, 10) == []
+    cpu = ForwardCost([1, 2, 4, 8], [1.0, 1.1, 1.2, 1.5])
+    chosen = choose(reach, cpu, 1, 10)
+    assert chosen == [0, 1, 3]  # the likely chain; the unlikely nodes do not pay
+    assert choose([], cpu, 1, 10) == []
+
+
+def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
+    from pld.token_tree import AcceptanceModel
+
+    tree = _tree_of([5, 6, 7, 8], [-1, 0, 0, -1], [1, 2, 2, 1], ngrams=[3, 3, 3, 3],
+                    supports=[3, 3, 3, 3])
+    prior = tuple(tuple((0.9,) * 5 for _ in range(3)) for _ in range(3))
+    model = AcceptanceModel(prior=prior)
+    reach = model.reach(tree)
+    assert reach[0] + reach[3] == pytest.approx(1.0)  # two root children at 0.9 each: scaled
+    assert reach[1] == pytest.approx(reach[0] * 0.5)
+    model.update(tree, [0, 1, 2, 3], [0, 2])  # root children and 0's children were trials
+    assert model.trials[(2, 2, 0)] == pytest.approx(4.0 + 2)
+    assert model.hits[(2, 2, 0)] == pytest.approx(0.9 * 4 + 1)
+    assert model.hits[(2, 2, 1)] == pytest.approx(0.9 * 4 + 1)
+
+
+def test_attention_mask_sees_context_ancestors_and_self():
+    import torch
+
+    from pld.token_tree import attention_mask
+
+    context = torch.tensor([0, 1, 1, 1])  # one padded column
+    mask = attention_mask(context, cached=3, pending=1, parents=[-1, 0, -1, 2, 1],
+                          dtype=torch.float32)
+    assert mask.shape == (1, 1, 6, 9)
+    seen = (mask[0, 0] == 0).int().tolist()
+    assert seen == [
+        [0, 1, 1, 1, 0, 0, 0, 0, 0],   # the pending token: the context, causal
+        [0, 1, 1, 1, 1, 0, 0, 0, 0],   # node 0
+        [0, 1, 1, 1, 1, 1, 0, 0, 0],   # node 1 (child of 0)
+        [0, 1, 1, 1, 0, 0, 1, 0, 0],   # node 2 (a root)
+        [0, 1, 1, 1, 0, 0, 1, 1, 0],   # node 3 (child of 2)
+        [0, 1, 1, 1, 1, 1, 0, 0, 1],   # node 4 (child of 1)
+    ]
+    assert mask.min() == torch.finfo(torch.float32).min
+
+
+def test_walk_descends_while_the_model_agrees():
+    from pld.token_tree import walk
+
+    tree = _tree_of([5, 6, 7, 8], [-1, 0, 0, -1], [1, 2, 2, 1])
+    model_tokens = {0: 5, 1: 7, 3: 9}  # row -> the model's token: 5, then 7, then 9
+    path, tokens = walk(tree, [0, 1, 2, 3], lambda row: model_tokens[row])
+    assert path == [0, 2] and tokens == [5, 7, 9]
+    path, tokens = walk(tree, [0, 3], lambda row: {0: 8, 2: 1}[row])
+    assert path == [1] and tokens == [8, 1]
+
+
+def test_forward_cost_table():
+    from pld.forward_cost import ForwardCost, measure, size_class
+
+    cost = ForwardCost([1, 4, 8], [2.0, 3.0, 2.5])  # a noisy dip is flattened
+    assert cost(1) == 1.0 and cost(4) == 1.5 and cost(8) == 1.5
+    assert cost(2) == pytest.approx(1 + 0.5 / 3)
+    assert cost(16) == pytest.approx(1.5)  # past the end: the last slope (0)
+    assert ForwardCost([1, 2], [1.0, 2.0])(5) == pytest.approx(5.0)
+    for widths, seconds in (([2, 4], [1.0, 1.0]), ([1, 1], [1.0, 1.0]), ([1, 2], [1.0, 0.0]),
+                            ([1], [1.0, 2.0])):
+        with pytest.raises(ValueError):
+            ForwardCost(widths, seconds)
+    ticks = iter(range(1000))
+    calls = []
+    table = measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks))
+    assert calls == [4, 1, 2, 4, 1, 2, 4] and table.costs == (1.0, 1.0, 1.0)
+    assert [size_class(n) for n in (0, 255, 256, 1023, 1024, 5000)] == [0, 0, 1, 1, 2, 3]
+
+
+def test_tree_options_are_validated():
+    from pld.config import DecodeConfig
+
+    with pytest.raises(ValueError, match="tree_width"):
+        DecodeConfig(tree_width=0)
+    with pytest.raises(ValueError, match="tree_width"):
+        DecodeConfig(tree_width=5000)
+    with pytest.raises(ValueError, match="tree_candidates"):
+        DecodeConfig(tree_candidates=17)
+    with pytest.raises(TypeError, match="draft_tree"):
+        DecodeConfig(draft_tree=1)
