@@ -6,7 +6,10 @@
  * After every operation: all three hold the shadow sequence; FIRST
  * proposes exactly what pld_find_candidate_i64 finds; RECENT and FREQUENT
  * agree with the brute-force references of tests/naive_reference.h (while
- * the sequence is short enough for brute force). Aborts on any mismatch.
+ * the sequence is short enough for brute force); after ops with bit 0x08,
+ * every index's propose_tree equals the brute-force trie (ref_tree), with
+ * depth, per_ngram and max_nodes read from the input. Aborts on any
+ * mismatch.
  *
  * The indexes are keyed by input bytes (pld_index_new_keyed), and edge
  * operations drive the public entry points with adversarial sizes: counts
@@ -42,6 +45,7 @@
 #define CAP 2048
 #define BRUTE_MAX 300
 #define KMAX 4096 /* the largest k an edge operation proposes with */
+#define TREE_NODES 64 /* the most nodes a tree check asks for */
 
 static const uint8_t *g_data;
 static size_t g_size, g_pos;
@@ -119,6 +123,41 @@ static void check_all(pld_index *const ix[3], const int64_t *seq, size_t len,
         if (n != c || (c && memcmp(out, ref, c * sizeof *out)))
             fail("FREQUENT != reference", seq, len, min_n, max_n, k, o, out, n,
                  ref, c);
+    }
+}
+
+/* propose_tree of every index against the brute-force trie, with the
+ * options drawn from the input. */
+static void check_trees(pld_index *const ix[3], const int64_t *seq, size_t len,
+                        size_t min_n, size_t max_n, const int64_t *eos, size_t n_eos)
+{
+    static pld_tree_node got[TREE_NODES + 1], want[TREE_NODES];
+    const size_t depth = 1 + next_byte() % 12, per_ngram = 1 + next_byte() % 6;
+    const size_t max_nodes = next_byte() % (TREE_NODES + 1);
+    size_t p, v;
+    if (len > BRUTE_MAX)
+        return;
+    for (p = 0; p < 3; p++) {
+        size_t n_got = 99, n_want;
+        got[max_nodes].token = -4242;
+        if (pld_index_propose_tree(ix[p], depth, per_ngram, max_nodes, eos, n_eos, got,
+                                   &n_got) != PLD_OK)
+            abort();
+        if (got[max_nodes].token != -4242)
+            abort(); /* wrote past max_nodes */
+        n_want = ref_tree(seq, len, min_n, max_n, p == 1, depth, per_ngram, max_nodes, eos,
+                          n_eos, want);
+        if (n_got != n_want) {
+            fprintf(stderr, "tree: policy %zu: %zu nodes, reference %zu\n", p, n_got, n_want);
+            abort();
+        }
+        for (v = 0; v < n_got; v++)
+            if (got[v].token != want[v].token || got[v].parent != want[v].parent ||
+                got[v].depth != want[v].depth || got[v].ngram != want[v].ngram ||
+                got[v].support != want[v].support) {
+                fprintf(stderr, "tree: policy %zu: node %zu differs\n", p, v);
+                abort();
+            }
     }
 }
 
@@ -443,6 +482,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         default: o.max_length = (int64_t)(op & 8); break;
         }
         check_all(ix, seq, len, min_n, max_n, k, &o);
+        if (op & 0x08)
+            check_trees(ix, seq, len, min_n, max_n, eos, o.n_eos);
     }
     for (p = 0; p < 3; p++) {
         if (pld_index_nbytes(ix[p]) == 0 && len > 0)

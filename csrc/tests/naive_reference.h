@@ -208,6 +208,83 @@ static inline size_t ref_frequent(const int64_t *t, size_t len, size_t min_n,
     return d;
 }
 
+/* ---------------------------------------------------------- token tree */
+
+/* pld_index_propose_tree by the letter of pld.h ("Token tree"), by brute
+ * force: occurrences found by scanning, children found by scanning the
+ * nodes. recent: 1 for PLD_POLICY_RECENT. out holds max_nodes nodes (only
+ * token, parent, depth, ngram and support are written). Returns the node
+ * count. */
+static inline size_t ref_tree(const int64_t *t, size_t len, size_t min_n, size_t max_n,
+                              int recent, size_t depth, size_t per_ngram, size_t max_nodes,
+                              const int64_t *eos, size_t n_eos, pld_tree_node *out)
+{
+    size_t used[PLD_MAX_NGRAM * PLD_TREE_MAX_PER_NGRAM], n_used = 0, count = 0, n;
+    size_t top = max_n < len ? max_n : len;
+    for (n = top; n >= min_n && n >= 1; n--) {
+        size_t chosen[PLD_TREE_MAX_PER_NGRAM], n_chosen = 0, i, c, seen = 0;
+        size_t earliest = len; /* none */
+        for (i = 0; i + n <= len; i++)
+            if (ref_suffix_at(t, len, i, n)) {
+                earliest = i;
+                break;
+            }
+        if (earliest == len)
+            continue;
+        chosen[n_chosen++] = earliest;
+        if (recent) {
+            /* the newest per_ngram + 1 occurrences, the suffix (at len - n) first */
+            for (i = len - n + 1; i-- > 0 && seen <= per_ngram && n_chosen < per_ngram;) {
+                if (!ref_suffix_at(t, len, i, n))
+                    continue;
+                seen++;
+                if (i != len - n && i != earliest)
+                    chosen[n_chosen++] = i;
+            }
+        }
+        for (c = 0; c < n_chosen; c++) {
+            const size_t start = chosen[c] + n;
+            size_t u, j;
+            int32_t parent = -1;
+            int taken = 0;
+            if (start >= len)
+                continue;
+            for (u = 0; u < n_used; u++)
+                taken |= used[u] == start;
+            if (taken)
+                continue;
+            used[n_used++] = start;
+            for (j = 0; j < depth && start + j < len; j++) {
+                const int64_t tok = t[start + j];
+                size_t e, v;
+                int is_eos = 0, found = -1;
+                for (e = 0; e < n_eos; e++)
+                    is_eos |= eos[e] == tok;
+                if (is_eos)
+                    break;
+                for (v = 0; v < count; v++)
+                    if (out[v].parent == parent && out[v].token == tok) {
+                        found = (int)v;
+                        break;
+                    }
+                if (found < 0) {
+                    if (count >= max_nodes)
+                        break;
+                    found = (int)count++;
+                    out[found].token = tok;
+                    out[found].parent = parent;
+                    out[found].depth = (uint32_t)(j + 1);
+                    out[found].ngram = (uint32_t)n;
+                    out[found].support = 0;
+                }
+                out[found].support++;
+                parent = found;
+            }
+        }
+    }
+    return count;
+}
+
 /* --------------------------------------------------------- acceptance */
 
 /* IEEE binary16 bits to float, field by field (subnormals, inf, NaN). */

@@ -431,6 +431,29 @@ static int check_index(pld_index *ix, const int64_t *shadow, size_t len,
             print_seq("want", shadow + rs, rn);
         print_opts(o);
     }
+    {
+        /* the token tree: every node as the brute-force trie has it */
+        pld_tree_node got[33], want[32];
+        const size_t depth = 1 + k % 12, per_ngram = 1 + (k + len) % 5, max_nodes = (k * 7) % 33;
+        const int64_t eos = (int64_t)(k % 5);
+        size_t n_got = 0, n_want, v;
+        int same;
+        got[max_nodes].token = -777;
+        CHECK(pld_index_propose_tree(ix, depth, per_ngram, max_nodes, &eos, k % 2, got,
+                                     &n_got) == PLD_OK);
+        CHECK(got[max_nodes].token == -777);
+        n_want = ref_tree(shadow, len, min_n, max_n, pol == PLD_POLICY_RECENT, depth, per_ngram,
+                          max_nodes, &eos, k % 2, want);
+        same = n_got == n_want;
+        for (v = 0; same && v < n_got; v++)
+            same = got[v].token == want[v].token && got[v].parent == want[v].parent &&
+                   got[v].depth == want[v].depth && got[v].ngram == want[v].ngram &&
+                   got[v].support == want[v].support;
+        CHECKF(same, "tree: policy %d n=[%zu,%zu] depth=%zu per_ngram=%zu max_nodes=%zu: "
+               "%zu nodes, ref %zu", (int)pol, min_n, max_n, depth, per_ngram, max_nodes,
+               n_got, n_want);
+        ok &= same;
+    }
     return ok;
 }
 
