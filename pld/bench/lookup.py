@@ -13,6 +13,10 @@ For each stream (real tokenized text, random ids) and context length L:
                       pld's one-shot C scan on the same [1, L] tensor.
   pld.NgramIndex[first|recent|frequent]
                       step = propose(10) + extend(token) of one Python int.
+  pld.NgramIndex[recent].propose_tree
+                      step = propose_tree(10, per_ngram=4, max_nodes=64) +
+                      extend(token): the candidate trie of a token-tree
+                      step (pld.tree_decoder's defaults).
   pld.NgramIndex[first], out=buffer
                       step = propose(10, out=buffer) + extend(token): the
                       draft written into a NumPy int64 array (no list, no
@@ -76,6 +80,7 @@ M_IDX = "pld.NgramIndex[{}]"
 POLICIES = ("first", "recent", "frequent")
 IDX_FIRST = M_IDX.format("first")
 IDX_OUT = IDX_FIRST + ", out=buffer"
+M_TREE = "pld.NgramIndex[recent].propose_tree"
 M_PREV = "compared build: NgramIndex[first]"
 M_PREV_OUT = M_PREV + ", out=buffer"
 
@@ -256,6 +261,16 @@ def _step_loop(ix, out) -> Callable[[List[int]], None]:
     return run
 
 
+class _TreeSteps:
+    """An index whose propose(k) is propose_tree(k, per_ngram=4,
+    max_nodes=64), the candidate trie a token-tree step asks for."""
+
+    def __init__(self, ix) -> None:
+        tree = ix.propose_tree
+        self.propose = lambda k: tree(k, 4, 64)
+        self.extend, self.truncate = ix.extend, ix.truncate
+
+
 class _NoOpIndex:
     """The harness floor: the step loop calling two builtins that do nothing."""
     propose = extend = truncate = staticmethod(abs)
@@ -395,6 +410,13 @@ def criteria(results: Dict, sizes: Sequence[int]) -> List[Dict]:
             out.append({"stream": sname,
                         "criterion": "NgramIndex[first] step, propose(out=buffer), <= 0.5 us at every L <= 1M",
                         "value": f"max {_fmt_us(w)} us", "pass": w <= 0.5})
+        tree = {int(L): c["us"] for L, c in t.get(M_TREE, {}).items() if int(L) <= 1 << 20}
+        if len(tree) >= 2:
+            ratio = tree[max(tree)] / tree[min(tree)]
+            out.append({"stream": sname,
+                        "criterion": "propose_tree step flat: at the largest L <= 2x the smallest L's",
+                        "value": f"{_fmt_us(tree[min(tree)])} -> {_fmt_us(tree[max(tree)])} us "
+                                 f"({_fmt_ratio(ratio)})", "pass": ratio <= 2})
         c32 = str(32768)
         if c32 in first and c32 in t.get(M_TORCH, {}):
             r = t[M_TORCH][c32]["us"] / first[c32]["us"]
@@ -429,7 +451,8 @@ def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str])
               M_IDX.format("first"): ("tab:green", "o", "-"),
               IDX_OUT: ("darkgreen", "*", ":"),
               M_IDX.format("recent"): ("tab:olive", "v", "--"),
-              M_IDX.format("frequent"): ("tab:cyan", "x", "--")}
+              M_IDX.format("frequent"): ("tab:cyan", "x", "--"),
+              M_TREE: ("tab:purple", "*", "-.")}
     for ax, sname in zip(axes[0], names):
         t = results[sname]["time"]
         for m in methods:
@@ -578,7 +601,7 @@ def run(args: argparse.Namespace) -> int:
     need = sizes[-1] + 2 * rounds * segment + 16
     compared = load_build(args.compare_build) if args.compare_build else None
     methods = [M_TORCH, M_HF, M_DICT, M_FIND, IDX_FIRST, IDX_OUT] + [
-        M_IDX.format(p) for p in POLICIES[1:]] + ([M_PREV, M_PREV_OUT] if compared else [])
+        M_IDX.format(p) for p in POLICIES[1:]] + [M_TREE] + ([M_PREV, M_PREV_OUT] if compared else [])
     results: Dict[str, Dict] = {}
     n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
     bar = tqdm(total=n_cells, unit="cell", dynamic_ncols=True) if tqdm else None
@@ -639,8 +662,12 @@ def run(args: argparse.Namespace) -> int:
             into = pld.NgramIndex(MAX_N, MIN_N, "first", seed=args.seed)  # its own index: same state, own caches
             into.extend(toks[:L])
             into.reserve(segment)
+            tree_ix = pld.NgramIndex(MAX_N, MIN_N, "recent", seed=args.seed)  # own state and caches
+            tree_ix.extend(toks[:L])
+            tree_ix.reserve(segment)
             group = dict(cidx)
             group[IDX_OUT] = into
+            group[M_TREE] = _TreeSteps(tree_ix)
             group[M_DICT] = didx
             outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
             if compared is not None:
@@ -655,7 +682,7 @@ def run(args: argparse.Namespace) -> int:
             for name, ix in cidx.items():
                 ix.extend(follow)  # (the last round truncated it back to L)
                 mres[name + " after steps"][key] = ix.nbytes / len(ix)
-            del cidx, group, ix, into
+            del cidx, group, ix, into, tree_ix
             didx.truncate(L)
             tick("indexes")
             if not args.no_dict_memory and L <= args.dict_memory_max:
