@@ -44,6 +44,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("-k", "--num-pred-tokens", type=int, default=10, help="draft length (default 10)")
     parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram to match (default 3)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--drafts", choices=["linear", "tree"], default="linear",
+                        help="one draft a step, or a token tree of several under a width budget "
+                             "(default: linear)")
     parser.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")
@@ -66,7 +69,8 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"torch {torch.__version__} | transformers {transformers.__version__} | pld {pld.__version__} | "
           f"Python {platform.python_version()}")
     print(f"prompt: {input_ids.shape[1]} tokens; k={args.num_pred_tokens}, max n-gram {args.max_ngram}, "
-          f"{'sampling' if args.sample else 'greedy'}, up to {args.max_new_tokens} new tokens\n")
+          f"{'sampling' if args.sample else 'greedy'}, {args.drafts} drafts, "
+          f"up to {args.max_new_tokens} new tokens\n")
 
     sampling = dict(do_sample=True, temperature=0.7, top_p=0.9) if args.sample else dict(do_sample=False)
     plain_kwargs = dict(max_new_tokens=args.max_new_tokens, **sampling)
@@ -82,13 +86,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         torch.manual_seed(args.seed)
         return pld.generate(model, input_ids, max_new_tokens=args.max_new_tokens,
                             num_pred_tokens=args.num_pred_tokens, max_ngram_size=args.max_ngram,
+                            draft_tree=args.drafts == "tree",
                             **({"do_sample": True, "temperature": 0.7, "top_p": 0.9} if args.sample else {}))
 
     # warm-up: first calls pay for allocation and lazy initialisation
     warm = input_ids[:, -64:]
     with torch.no_grad():
         model.generate(warm, max_new_tokens=8, do_sample=False)
-    pld.generate(model, warm, max_new_tokens=8)
+    pld.generate(model, warm, max_new_tokens=8, draft_tree=args.drafts == "tree")
 
     # plain greedy on the linear kernel pld's loop uses: what the kernel
     # alone gives (on a CPU where oneDNN beats torch's default product)
@@ -118,9 +123,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         rate_kernel = (on_kernel[0].shape[1] - input_ids.shape[1]) / on_kernel[1]
         print(f"  of which the kernel: {rate_kernel / rate_base:.2f}x (plain generate() with pld's oneDNN "
               f"linear layers: {rate_kernel:.1f} tokens/s), prompt lookup: {rate_pld / rate_kernel:.2f}x")
-    print(f"tokens per step:       {stats.tokens_per_step:.2f} "
-          f"({stats.steps} forward passes; {stats.accepted_draft_tokens}/{stats.proposed_tokens} "
-          f"draft tokens accepted; {100 * stats.forward_share:.0f}% of the time in the forward pass)")
+    print(f"tokens per forward:    {stats.tokens_per_step:.2f} "
+          f"({n_pld} tokens in {stats.steps} forward passes; {stats.accepted_draft_tokens}/"
+          f"{stats.proposed_tokens} draft tokens accepted; {100 * stats.forward_share:.0f}% of the "
+          f"time in the forward pass)")
     return 0 if (same or args.sample) else 1
 
 

@@ -411,12 +411,12 @@ def criteria(results: Dict, sizes: Sequence[int]) -> List[Dict]:
                         "criterion": "NgramIndex[first] step, propose(out=buffer), <= 0.5 us at every L <= 1M",
                         "value": f"max {_fmt_us(w)} us", "pass": w <= 0.5})
         tree = {int(L): c["us"] for L, c in t.get(M_TREE, {}).items() if int(L) <= 1 << 20}
-        if len(tree) >= 2:
-            ratio = tree[max(tree)] / tree[min(tree)]
-            out.append({"stream": sname,
-                        "criterion": "propose_tree step flat: at the largest L <= 2x the smallest L's",
-                        "value": f"{_fmt_us(tree[min(tree)])} -> {_fmt_us(tree[max(tree)])} us "
-                                 f"({_fmt_ratio(ratio)})", "pass": ratio <= 2})
+        if tree:
+            # a bounded walk (at most ~4 occurrences of each n-gram size): its
+            # time grows only as the index leaves the caches, as every row's does
+            out.append({"stream": sname, "criterion": "propose_tree step <= 2 us at every L <= 1M",
+                        "value": f"{_fmt_us(tree[min(tree)])} us at L={_label(min(tree))}, max "
+                                 f"{_fmt_us(max(tree.values()))} us", "pass": max(tree.values()) <= 2})
         c32 = str(32768)
         if c32 in first and c32 in t.get(M_TORCH, {}):
             r = t[M_TORCH][c32]["us"] / first[c32]["us"]
