@@ -37,6 +37,18 @@ def test_balanced_round_robin_over_categories():
         tasks.balanced(pool, ["chat"], 0)
 
 
+def test_balanced_skip_takes_the_next_prompts_of_the_same_order():
+    pool = [_p("chat", "a", i) for i in range(5)] + [_p("chat", "b", i) for i in range(2)] \
+        + [_p("rag", "r", i) for i in range(3)]
+    whole = [p.id for p in tasks.balanced(pool, ["chat"], 7)]
+    assert [p.id for p in tasks.balanced(pool, ["chat"], 3, skip=2)] == whole[2:5]
+    assert [p.id for p in tasks.balanced(pool, ["rag", "chat"], 2, skip=1)] == \
+        ["rag/r/1", "rag/r/2", whole[1], whole[2]]
+    assert tasks.balanced(pool, ["rag"], 5, skip=3) == []
+    with pytest.raises(ValueError, match="skip"):
+        tasks.balanced(pool, ["chat"], 1, skip=-1)
+
+
 def test_spec_bench_maps_categories(tmp_path):
     f = tmp_path / "q.jsonl"
     rows = [{"question_id": 1, "category": "summarization", "turns": ["S"]},

@@ -314,3 +314,21 @@ def test_tree_options_are_validated():
         DecodeConfig(tree_candidates=17)
     with pytest.raises(TypeError, match="draft_tree"):
         DecodeConfig(draft_tree=1)
+
+
+def test_tree_prior_fit_shrinks_toward_smaller_neighbours():
+    from pld.bench.tree_prior import fitted
+    from pld.token_tree import AcceptanceModel
+
+    counts = AcceptanceModel(prior_weight=0.0)
+    counts.trials[(0, 0, 0)], counts.hits[(0, 0, 0)] = 1000.0, 100.0   # well observed: 0.1
+    counts.trials[(0, 1, 0)], counts.hits[(0, 1, 0)] = 2.0, 2.0        # two hits only
+    prior, lines = fitted(counts, strength=10.0)
+    assert prior[0][0][0] == pytest.approx((100 + 10 * 0.1) / 1010, abs=0.01)
+    # few trials: pulled from 1.0 toward its smaller neighbour's 0.1
+    assert prior[0][1][0] == pytest.approx((2 + 10 * 0.1) / 12, abs=0.01)
+    # no trials at all: the largest smaller neighbour's rate
+    assert prior[0][0][1] == prior[0][0][0]
+    assert prior[1][1][0] == max(prior[0][1][0], prior[1][0][0])
+    assert len(prior) == 3 and all(len(s) == 3 and len(s[0]) == 5 for s in prior)
+    assert any("observed" in line for line in lines)
