@@ -128,7 +128,11 @@ class DecodeConfig:
       cost_aware       verify a draft only if its match size pays for the
                        wider forward on this machine (pld.draft_length.
                        CostGate; greedy only, so that seeded sampling
-                       repeats)
+                       repeats); with draft_tree, and for a batch, the
+                       width budget from the measured forward cost
+                       (sampling too: it is frozen before the first step);
+                       False verifies every draft (every tree node up to
+                       tree_width)
     Stopping and sampling:
       eos_token_id     an id or ids; EOS_FROM_MODEL (-1): the model's
                        generation config; None: none

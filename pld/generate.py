@@ -15,14 +15,21 @@ from .render import render_steps
 
 @dataclass
 class Generation:
-    """The output of pld.generate."""
+    """The output of pld.generate. For a batch, ``sequences`` is [B, prompt
+    + longest output] with shorter rows filled with the pad id (as batched
+    ``model.generate`` returns them) and ``rows`` each row's new tokens."""
 
-    sequences: torch.Tensor   # [1, prompt + new]
+    sequences: torch.Tensor   # [B, prompt + new]
     prompt_length: int
     stats: loop.LoopStats
+    rows: Optional[List[List[int]]] = None
 
     @property
-    def new_tokens(self) -> List[int]:
+    def new_tokens(self) -> Any:
+        """The new tokens: a list of ids, or for a batch a list per row
+        (without the filling)."""
+        if self.rows is not None:
+            return self.rows
         return self.sequences[0, self.prompt_length:].tolist()
 
     def render(self, tokenizer: Any, mode: str = "auto") -> str:
@@ -110,6 +117,16 @@ def generate(
     device = next(iter(model.parameters()), input_ids).device
     if streamer is not None:  # the streamer protocol of generate(): the prompt first
         streamer.put(input_ids.cpu())
+    if input_ids.shape[0] > 1:
+        if streamer is not None or on_step is not None:
+            raise ValueError("streamer/on_step: not supported for a batch (batch size "
+                             f"{input_ids.shape[0]}); pass one row, or neither")
+        with torch.no_grad():
+            sequences, rows, stats = loop.run_batch(
+                model, input_ids.to(device=device, dtype=torch.long), config,
+                attention_mask=None if attention_mask is None else attention_mask.to(device),
+                logits_processor=processors, stopping_criteria=criteria)
+        return Generation(sequences=sequences, prompt_length=input_ids.shape[1], stats=stats, rows=rows)
     with torch.no_grad():
         result = loop.run(
             model, input_ids.to(device=device, dtype=torch.long), config,
@@ -122,18 +139,16 @@ def generate(
 
 
 def _prompt(input_ids: Any) -> torch.Tensor:
-    """input_ids as a [1, L] integer tensor, or an error naming it."""
+    """input_ids as a [B, L] integer tensor, or an error naming it."""
     if not isinstance(input_ids, torch.Tensor):
-        raise TypeError(f"input_ids: expected a torch tensor of token ids ([L] or [1, L]), got "
+        raise TypeError(f"input_ids: expected a torch tensor of token ids ([L] or [B, L]), got "
                         f"{type(input_ids).__name__} (pass torch.tensor(ids))")
     if input_ids.dim() == 1:
         input_ids = input_ids[None]
     if input_ids.dim() != 2:
-        raise ValueError(f"input_ids: expected shape [L] or [1, L], got {tuple(input_ids.shape)}")
-    if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"input_ids: batch size {input_ids.shape[0]} is not supported; pld.generate runs one "
-            "sequence at a time (run the rows one by one)")
+        raise ValueError(f"input_ids: expected shape [L] or [B, L], got {tuple(input_ids.shape)}")
+    if input_ids.shape[0] == 0:
+        raise ValueError("input_ids: the batch is empty (batch size 0)")
     if input_ids.shape[1] == 0:
         raise ValueError("input_ids: the prompt is empty")
     if input_ids.dtype not in (torch.int64, torch.int32):

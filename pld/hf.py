@@ -149,7 +149,10 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     if no_cache is not None:
         return f"{type(model).__name__} has no usable KV cache: {no_cache}"
     if input_ids.shape[0] != 1:
-        return f"batch size {input_ids.shape[0]}"
+        if args.get("streamer") is not None:
+            return f"a streamer with batch size {input_ids.shape[0]}"
+        if config.return_dict_in_generate and (config.output_scores or config.output_logits):
+            return f"output_scores/output_logits with batch size {input_ids.shape[0]}"
     if args.get("synced_gpus"):
         return "synced_gpus"
     if config.output_attentions or config.output_hidden_states:
@@ -189,6 +192,16 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     streamer = named.get("streamer")
     want_dict = config.return_dict_in_generate
     budget = config.max_length - input_ids.shape[1]
+    if budget > 0 and input_ids.shape[0] > 1:
+        options = _decode_config(config, budget, want_dict)
+        cache = _loop_cache(self, input_ids, options, model_kwargs)
+        sequences, _, _ = loop.run_batch(
+            self, input_ids, options, cache=cache, attention_mask=model_kwargs.get("attention_mask"),
+            logits_processor=named["logits_processor"], stopping_criteria=criteria,
+            pad_token_id=config.pad_token_id)
+        if want_dict:
+            return _gen_utils.GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=cache)
+        return sequences
     if budget <= 0:  # nothing to generate: plain decoding returns the prompt
         result = loop.LoopResult(sequences=input_ids, stats=loop.LoopStats(), scores=(), logits=(),
                                  past_key_values=model_kwargs["past_key_values"])

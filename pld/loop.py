@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -110,3 +110,47 @@ def run(
         while decoder.step():
             pass
     return decoder.result()
+
+
+def run_batch(
+    model: Any,
+    input_ids: torch.Tensor,
+    config: Optional[DecodeConfig] = None,
+    *,
+    cache: Any = None,
+    attention_mask: Optional[torch.Tensor] = None,
+    logits_processor: Optional[Sequence[Any]] = None,
+    stopping_criteria: Optional[Sequence[Any]] = None,
+    pad_token_id: Optional[int] = None,
+    **options: Any,
+) -> Tuple[torch.Tensor, List[List[int]], LoopStats]:
+    """Generate after a batch ``input_ids`` ([B, L], left-padded as
+    ``attention_mask`` says) with :class:`~pld.batch_decoder.BatchDecoder`.
+    Returns (sequences [B, L + longest output] with shorter rows filled
+    with ``pad_token_id``, each row's new tokens, stats). Every row's
+    tokens are those of greedy decoding of that row alone (float32);
+    sampling keeps each row's distribution."""
+    from .batch_decoder import BatchDecoder, check_left_padded
+    from .kv_cache import cache_for
+
+    if "eos_token_ids" in options:
+        options["eos_token_id"] = options.pop("eos_token_ids")
+    if config is None:
+        config = DecodeConfig(**{**RUN_DEFAULTS, **options})
+    elif options:
+        config = config.replace(**options)
+    config = config.with_model_eos(model)
+    check_left_padded(input_ids, attention_mask)
+    if cache is None:
+        cache = cache_for(model, capacity=input_ids.shape[1] + 2 * (config.num_pred_tokens + 1)
+                          + min(config.max_new_tokens, 1 << 10))
+    if pad_token_id is None:
+        pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    decoder = BatchDecoder(model, cache, input_ids, config, attention_mask=attention_mask,
+                           logits_processor=logits_processor or (),
+                           stopping_criteria=stopping_criteria or (), pad_token_id=pad_token_id)
+    kernel = TransformersAdapter(model, cache, config.linear_kernel)
+    with kernel.kernels():
+        while decoder.step():
+            pass
+    return decoder.sequences(), [list(n) for n in decoder.new], decoder.stats

@@ -72,9 +72,10 @@ class TreeDecoder(Decoder):
             self.index.reserve(self.buf.capacity - self.cur)
         if depth <= 0:
             return None, []
-        if self.model.cached == 0:
+        if self.model.cached == 0 or not self.config.cost_aware:
             # The prefill's forward is as wide as the prompt: a tree adds
-            # little to it, so its nodes go in without a budget.
+            # little to it, so its nodes go in without a budget (and
+            # cost_aware=False verifies every node up to tree_width).
             cost = _NO_BUDGET
         else:
             if self.cost is None:

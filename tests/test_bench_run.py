@@ -68,3 +68,33 @@ def test_chat_input_ids_put_the_answer_between_the_turns():
     text = tok.decode(ids[0])
     assert text.index("first question") < text.index("the zebra answer") < text.index("second question")
     assert ids.shape[0] == 1
+
+
+def test_batch_run_compares_at_the_same_batch_size(tmp_path, capsys):
+    """--batch-size 2: batched greedy, pld and pld_full on batches of the
+    built-in prompts (embedded model); every row identical to greedy's."""
+    from pld.bench.__main__ import main
+
+    argv = ["--limit", "2", "--tasks", "summarization,code", "--max-new-tokens", "8",
+            "--batch-size", "2", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    with open(tmp_path / "batch_results.jsonl") as fh:
+        rows = [json.loads(line) for line in fh]
+    assert {r["method"] for r in rows} == {"greedy", "pld", "pld_full"}
+    assert len(rows) == 3 * 2  # two tasks, one batch of two each, three methods
+    for r in rows:
+        assert r["rows"] == 2 and 0 < r["new_tokens"] <= 16 and r["identical_rows"] == 2
+        assert r["forward_calls"] >= 1
+    greedy = {r["batch"]: r for r in rows if r["method"] == "greedy"}
+    for r in rows:
+        assert r["new_tokens"] == greedy[r["batch"]]["new_tokens"]
+    table = (tmp_path / "batch_table.md").read_text()
+    assert "| summarization | pld |" in table and "batch size 2" in table
+    assert table in capsys.readouterr().out
+
+
+def test_batch_size_zero_is_refused(tmp_path):
+    from pld.bench.__main__ import main
+
+    with pytest.raises(SystemExit, match="batch-size"):
+        main(["--limit", "1", "--batch-size", "0", "--out", str(tmp_path), "--no-progress"])

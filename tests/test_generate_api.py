@@ -22,13 +22,30 @@ def ids():
 
 
 # ------------------------------------------------------------ bad input
-def test_batch_of_two_is_a_value_error(model):
+@pytest.mark.parametrize("ids, mask, match", [
+    ([[1, 2, 3], [1, 2, 3]], [[1, 1], [1, 1]], "attention_mask"),        # mismatched shape
+    ([[1, 2, 0], [1, 2, 3]], [[1, 1, 0], [1, 1, 1]], "left padding"),   # right padding
+    ([[0, 2, 3], [1, 2, 3]], [[1, 0, 1], [1, 1, 1]], "left padding"),   # a hole
+    ([[1, 2, 3], [1, 2, 3]], [[1, 1, 2], [1, 1, 1]], "attention_mask"),  # not 0/1
+])
+def test_batch_bad_masks_are_value_errors(model, ids, mask, match):
     import torch
 
     import pld
 
-    with pytest.raises(ValueError, match="batch"):
-        pld.generate(model, torch.tensor([[1, 2, 3], [1, 2, 3]]), max_new_tokens=4)
+    with pytest.raises(ValueError, match=match):
+        pld.generate(model, torch.tensor(ids), attention_mask=torch.tensor(mask), max_new_tokens=4)
+
+
+def test_empty_batch_and_batch_streamer_are_value_errors(model):
+    import torch
+
+    import pld
+
+    with pytest.raises(ValueError, match="input_ids"):
+        pld.generate(model, torch.zeros((0, 3), dtype=torch.long), max_new_tokens=4)
+    with pytest.raises(ValueError, match="streamer"):
+        pld.generate(model, torch.tensor([[1, 2], [3, 4]]), max_new_tokens=4, on_step=print)
 
 
 @pytest.mark.parametrize("name", ["num_pred_tokens", "max_ngram_size", "min_ngram_size"])

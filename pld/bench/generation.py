@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "in the working directory or a parent)")
     p.add_argument("--tasks", default="all", help=f"'all' or some of {','.join(task_sources.TASKS)}")
     p.add_argument("--limit", type=int, default=10, help="prompts per task (default 10)")
+    p.add_argument("--batch-size", type=int, default=1,
+                   help="prompts a generation (default 1); B > 1 compares batched greedy with batched "
+                        "pld at the same B (pld.bench.batch; first turns only)")
     p.add_argument("--skip", type=int, default=0,
                    help="prompts per task to pass over first (default 0): fit on one set, report another")
     p.add_argument("--methods", default="default",
@@ -73,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
     if not prompts:
         raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
+    if args.batch_size < 1:
+        raise SystemExit(f"python -m pld bench: --batch-size must be >= 1, got {args.batch_size}")
     chosen = registry.select(args.methods)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -83,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     config = {"source": args.source, "model": args.model or models.EMBEDDED_NAME, "dtype": args.dtype,
               "device": device, "max_new_tokens": args.max_new_tokens,
               "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram,
-              **({"skip": args.skip} if args.skip else {})}
+              **({"skip": args.skip} if args.skip else {}),
+              **({"batch_size": args.batch_size} if args.batch_size > 1 else {})}
     fingerprint = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
 
     os.makedirs(args.out, exist_ok=True)
@@ -93,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
     done = {_key(r): r for r in report.read_rows(results_path) if r.get("config") == fingerprint}
 
     meter = ForwardMeter(model, synchronize=device.startswith("cuda"))
+    if args.batch_size > 1:
+        from . import batch
+
+        os.makedirs(args.out, exist_ok=True)
+        return batch.run(args, prompts, model, tokenizer, meter, report.caption(config, torch, model))
     warm = chat_input_ids(tokenizer, ["Repeat exactly: the quick brown fox jumps over the lazy dog."], [])
     for gen in generators.values():
         gen(warm.to(device))

@@ -191,7 +191,7 @@ register("pld_owncache", "the pld default (native loop, CostGate) on pld.kv_cach
 register("pld_dynamic_cache", "the pld default (native loop, CostGate) on transformers' DynamicCache "
          "instead of pld.kv_cache's (what the cache gives)")(_loop(cache=_dynamic_cache, cost_aware=True))
 register("pld_tree", "native loop, token-tree drafts: several candidates a step under a width "
-         "budget from the measured forward cost (same output)")(_loop(draft_tree=True))
+         "budget from the measured forward cost (same output)")(_loop(draft_tree=True, cost_aware=True))
 register("pld_linear", "native loop, one linear draft a step, the pld default's cost gate "
          "(same output)")(_loop(cost_aware=True))
 register("pld_clipped", "native loop, transformers' match rule: a match near the end proposes "

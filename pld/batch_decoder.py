@@ -1,0 +1,363 @@
+"""Prompt lookup for a batch of prompts, exact per row.
+
+:class:`BatchDecoder` steps B rows at once: one index per row, one draft per
+row, one forward for the whole batch, and each row accepting its own number
+of tokens.
+
+Cache layout: one KV cache of B rows and one length T (pld.kv_cache's
+OwnedCache, or any transformers cache with ``crop``). A step appends
+1 + K slots to every row: the row's pending token (the one it gained last
+step) and K draft slots (the row's draft, then filler where its draft is
+shorter). Row r keeps its pending token and its accepted draft tokens; the
+cache is cut back to the longest kept block, so a row that kept fewer
+slots leaves holes. ``valid`` ([B, T]: left padding and holes are False)
+is the attention mask of every later step (a 4D mask: each new token sees
+its row's valid slots and the new slots before it), and every row keeps its
+own position count, so a hole never shifts a position: each row sees
+exactly its own tokens at their own positions, as if decoded alone. Rows
+that finish (eos, stopping criteria, their budget) leave the batch (the
+cache keeps the other rows), so they cost nothing afterwards.
+
+The width K: one forward costs about the same whatever each row's draft,
+so the step picks one K for all rows, from 0 (batched greedy) to k, the one
+that maximises the expected tokens of the step over the cost of a forward
+of 1 + K tokens a row (measured on the model at this batch size before the
+first drafted step, pld.forward_cost, and frozen). Expected tokens come
+from the tree's acceptance model (a rate by n-gram size and depth, learned
+during the generation). The output never depends on K.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, List, Optional, Sequence, Tuple
+
+import torch
+
+from . import _core, forward_cost
+from .config import DecodeConfig
+from .decoder import LoopStats
+from .hf_adapter import _forward_accepts
+from .token_tree import AcceptanceModel
+
+
+def check_left_padded(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """The batch's attention mask as a bool [B, L] tensor, checked: the
+    shape of input_ids, 0/1 values, every row left-padded (no 0 after a 1)
+    with at least one token."""
+    if input_ids.dim() != 2 or input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids: expected shape [B, L] with B >= 1 and L >= 1, got {tuple(input_ids.shape)}")
+    if attention_mask is None:
+        return torch.ones(input_ids.shape, dtype=torch.bool, device=input_ids.device)
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(f"attention_mask: expected the shape of input_ids {tuple(input_ids.shape)}, "
+                         f"got {tuple(attention_mask.shape)}")
+    if ((attention_mask != 0) & (attention_mask != 1)).any():
+        raise ValueError("attention_mask: expected 0/1 values")
+    mask = attention_mask.bool()
+    if not mask[:, -1].all():
+        rows = (~mask[:, -1]).nonzero().flatten().tolist()
+        raise ValueError(f"attention_mask: rows {rows} end in padding; batched prompt lookup needs left "
+                         "padding (tokenizer.padding_side = 'left')")
+    if (mask[:, 1:].int() < mask[:, :-1].int()).any():
+        raise ValueError("attention_mask: a row has padding between tokens; batched prompt lookup needs "
+                         "left padding (tokenizer.padding_side = 'left')")
+    return mask
+
+
+class BatchDecoder:
+    """A batched generation after ``input_ids`` ([B, L], left-padded per
+    ``attention_mask``) with a transformers causal LM and an empty ``cache``
+    under ``config`` (eos resolved). Call :meth:`step` until it returns
+    False, then :meth:`sequences`."""
+
+    def __init__(self, model: Any, cache: Any, input_ids: torch.Tensor, config: DecodeConfig, *,
+                 attention_mask: Optional[torch.Tensor] = None, logits_processor: Sequence[Any] = (),
+                 stopping_criteria: Sequence[Any] = (), pad_token_id: Optional[int] = None) -> None:
+        self.t_start = time.perf_counter()
+        mask = check_left_padded(input_ids, attention_mask)
+        self.model, self.cache, self.config = model, cache, config
+        self.device = input_ids.device
+        self.dtype = _model_dtype(model)
+        self._wants_logits_to_keep = _forward_accepts(model, "logits_to_keep")
+        self.eos = set(config.eos_token_id)
+        self.processors = list(logits_processor) + config.warpers()
+        self.criteria = list(stopping_criteria)
+        self.pad = pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0)
+        B, L = input_ids.shape
+        self.prompt_len = L
+        self.input_ids = input_ids
+        self.prompts = [input_ids[r][mask[r]].tolist() for r in range(B)]
+        self.new: List[List[int]] = [[] for _ in range(B)]
+        self.indexes = []
+        for prompt in self.prompts:
+            index = _core.NgramIndex(config.max_ngram_size, config.min_ngram_size, config.policy)
+            index.extend(prompt)
+            index.reserve(config.max_new_tokens + config.num_pred_tokens + 1)
+            self.indexes.append(index)
+        self.rows = list(range(B))           # original row of each batch row still running
+        self.valid = mask.clone()            # [b, T]: slots each row attends to
+        self.positions = mask.long().sum(1)  # the next position of each row
+        self.pending: List[List[int]] = [[] for _ in range(B)]  # tokens not yet cached
+        self.cost: Optional[forward_cost.ForwardCost] = None
+        self.acceptance = AcceptanceModel()
+        self.stats = LoopStats()
+        self.done = False
+        self._first = True
+
+    # -- a step --------------------------------------------------------------
+    def step(self) -> bool:
+        """One step for every running row: propose, verify, accept, commit."""
+        drafts, ngrams = self.propose()
+        logits = self.verify(drafts)
+        accepted, new = self.accept(drafts, logits)
+        self.commit(drafts, ngrams, accepted, new)
+        return not self.done
+
+    def propose(self) -> Tuple[List[List[int]], List[int]]:
+        """Each running row's draft (cut at eos and its budget), all cut to
+        the width the budget picks."""
+        k = self.config.num_pred_tokens
+        drafts, ngrams = [], []
+        for r in self.rows:
+            room = self.config.max_new_tokens - len(self.new[r]) - 1
+            draft = self.indexes[r].propose(k) if room > 0 and not self._first else []
+            ngram = self.indexes[r].last_ngram if draft else 0
+            draft = _cut_at(draft[:room], self.eos)
+            drafts.append(draft)
+            ngrams.append(ngram if draft else 0)
+        width = self.choose_width(drafts, ngrams)
+        return [d[:width] for d in drafts], ngrams
+
+    def choose_width(self, drafts: List[List[int]], ngrams: List[int]) -> int:
+        """K in [0, longest draft] maximising the expected tokens of the
+        step over the cost of a forward of 1 + K tokens a row."""
+        longest = max((len(d) for d in drafts), default=0)
+        if longest == 0 or not self.config.cost_aware:  # cost_aware=False: every draft in full
+            return longest
+        if self.cost is None:
+            self.cost = self.calibrate(self.config.num_pred_tokens + 1)
+        gain = [0.0] * (longest + 1)  # expected accepted tokens, summed over rows, at each K
+        for draft, ngram in zip(drafts, ngrams):
+            reach = 1.0
+            for depth in range(1, len(draft) + 1):
+                reach *= self.acceptance.rate(ngram, 1, depth)
+                gain[depth] += reach
+        rows = len(drafts)
+        best, best_rate, total = 0, rows / self.cost(1), float(rows)
+        for width in range(1, longest + 1):
+            total += gain[width]
+            rate = total / self.cost(1 + width)
+            if rate > best_rate:
+                best, best_rate = width, rate
+        return best
+
+    def calibrate(self, top: int) -> forward_cost.ForwardCost:
+        """Cost of a forward of w tokens a row, in forwards of one, at this
+        batch size and context (measured once per batch size and context
+        size class for the model)."""
+        b, T = len(self.rows), self.valid.shape[1]
+        widths = [w for w in forward_cost.WIDTHS if w <= top]
+        if widths[-1] < top:
+            widths.append(top)
+        filler = torch.tensor([self.pending[r][0] for r in self.rows], device=self.device)[:, None]
+
+        def probe(w: int) -> None:
+            ids = filler.expand(b, w)
+            positions = self.positions[:, None] + torch.arange(w, device=self.device)[None]
+            self._forward(ids, positions, self._mask(w), w)
+            self.cache.crop(-w)
+
+        key = ("batch", b, forward_cost.size_class(T), str(self.dtype), self.device.type)
+        with torch.no_grad():
+            return forward_cost.cached_or_measure(self.model, key, probe, widths)
+
+    def verify(self, drafts: List[List[int]]) -> torch.Tensor:
+        """Logits [b, 1 + K, V] (the prefill: [b, 1, V] for the last prompt token)."""
+        if self._first:
+            ids = self.input_ids
+            positions = (self.valid.long().cumsum(1) - 1).clamp(min=0)
+            return self._forward(ids, positions, self._prefill_mask(), 1)
+        width = max(len(d) for d in drafts)
+        ids = torch.tensor([self.pending[r] + d + [self.pending[r][0]] * (width - len(d))
+                            for r, d in zip(self.rows, drafts)], dtype=torch.long, device=self.device)
+        positions = self.positions[:, None] + torch.arange(1 + width, device=self.device)[None]
+        return self._forward(ids, positions, self._mask(1 + width), 1 + width)
+
+    def accept(self, drafts: List[List[int]], logits: torch.Tensor) -> Tuple[List[int], List[List[int]]]:
+        """Per row: draft tokens accepted and the tokens to append."""
+        accepted, new = [], []
+        sample = self.config.do_sample
+        for i, (r, draft) in enumerate(zip(self.rows, drafts)):
+            rows = logits[i, :len(draft) + 1]
+            if self.processors or sample:
+                scores = self._process(r, draft, rows.float())
+                if sample:
+                    probs = torch.softmax(scores, dim=-1)
+                    uniforms = torch.rand(len(draft) + 1, dtype=torch.float64).tolist()
+                    n, tokens = _core.accept_sample(draft, probs.cpu().numpy(), uniforms=uniforms)
+                else:
+                    n, tokens = _core.accept_greedy(draft, scores.argmax(dim=-1).tolist())
+            elif rows.device.type == "cpu":
+                n, tokens = _core.accept_greedy_logits(draft, rows.contiguous())
+            else:
+                n, tokens = _core.accept_greedy(draft, rows.argmax(dim=-1).tolist())
+            accepted.append(n)
+            new.append(tokens)
+        return accepted, new
+
+    def commit(self, drafts: List[List[int]], ngrams: List[int], accepted: List[int],
+               new: List[List[int]]) -> None:
+        """Append each row's tokens (cut at eos, its budget, a stopping
+        criterion), keep each row's cached block, drop finished rows."""
+        width = max((len(d) for d in drafts), default=0)
+        kept_slots = []
+        finished = []
+        for i, r in enumerate(self.rows):
+            tokens = new[i]
+            keep, stop = len(tokens), False
+            for j, t in enumerate(tokens):
+                if t in self.eos:
+                    keep, stop = j + 1, True
+                    break
+            room = self.config.max_new_tokens - len(self.new[r])
+            if keep >= room:
+                keep, stop = room, True
+            for j in range(keep if self.criteria else 0):
+                if self._should_stop(r, tokens[:j + 1]):
+                    keep, stop = j + 1, True
+                    break
+            tokens = tokens[:keep]
+            self.new[r].extend(tokens)
+            self.indexes[r].extend(tokens)
+            n = min(accepted[i], keep)
+            if not self._first:
+                self._learn(ngrams[i], drafts[i], accepted[i])
+                self.stats.proposed_tokens += len(drafts[i])
+                self.stats.accepted_draft_tokens += n
+            self.stats.new_tokens += len(tokens)
+            kept_slots.append(n + (0 if self._first else 1))  # the pending token and the accepted drafts
+            self.pending[r] = tokens[-1:] if not stop else self.pending[r]
+            if stop:
+                finished.append(i)
+        self.stats.steps += 1
+        if self._first:
+            self._first = False
+            self.positions = self.valid.long().sum(1)
+            self.done = len(finished) == len(self.rows)
+            self._drop(finished)
+            return
+        m = max(kept_slots)
+        self.cache.crop(-(1 + width - m))
+        slots = torch.arange(m, device=self.device)[None]
+        kept = torch.tensor(kept_slots, device=self.device)[:, None]
+        self.valid = torch.cat([self.valid, slots < kept], dim=1)
+        self.positions = self.positions + kept[:, 0]
+        self.done = len(finished) == len(self.rows)
+        self._drop(finished)
+
+    # -- helpers -------------------------------------------------------------
+    def _drop(self, finished: List[int]) -> None:
+        if not finished or self.done:
+            return
+        keep = [i for i in range(len(self.rows)) if i not in set(finished)]
+        index = torch.tensor(keep, device=self.device)
+        self.cache.batch_select_indices(index)
+        self.valid = self.valid[index]
+        self.positions = self.positions[index]
+        self.rows = [self.rows[i] for i in keep]
+
+    def _learn(self, ngram: int, draft: List[int], accepted: int) -> None:
+        """The acceptance model sees each draft token whose predecessor was accepted."""
+        if not draft:
+            return
+        model = self.acceptance
+        for depth in range(1, min(accepted + 1, len(draft)) + 1):
+            b = _bucket(ngram, depth)
+            model.trials[b] += 1.0
+            if depth <= accepted:
+                model.hits[b] += 1.0
+
+    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
+        extra = {"logits_to_keep": keep} if self._wants_logits_to_keep else {}
+        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
+                         past_key_values=self.cache, use_cache=True, **extra)
+        return out.logits[:, -keep:]
+
+    def _mask(self, q: int) -> torch.Tensor:
+        """Additive [b, 1, q, T + q]: each new token sees its row's valid
+        slots and the new slots up to itself."""
+        b, T = self.valid.shape
+        allowed = torch.cat([self.valid[:, None, :].expand(b, q, T),
+                             torch.ones(q, q, dtype=torch.bool, device=self.device).tril()[None].expand(b, q, q)],
+                            dim=2)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[:, None]
+
+    def _prefill_mask(self) -> torch.Tensor:
+        """Additive [B, 1, L, L]: causal over each row's own tokens (a padding
+        slot sees itself, so no row of the softmax is empty)."""
+        b, L = self.valid.shape
+        causal = torch.ones(L, L, dtype=torch.bool, device=self.device).tril()
+        allowed = causal[None] & self.valid[:, None, :]
+        allowed |= torch.eye(L, dtype=torch.bool, device=self.device)[None]
+        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return mask[:, None]
+
+    def _row_ids(self, r: int, extra: Sequence[int]) -> torch.Tensor:
+        return torch.tensor([self.prompts[r] + self.new[r] + list(extra)], dtype=torch.long,
+                            device=self.device)
+
+    def _process(self, r: int, draft: List[int], rows: torch.Tensor) -> torch.Tensor:
+        """The processors on each verified row of row r, each with its own prefix."""
+        if not self.processors:
+            return rows
+        out = torch.empty_like(rows)
+        for j in range(rows.shape[0]):
+            scores = rows[j:j + 1]
+            ids = self._row_ids(r, draft[:j])
+            for p in self.processors:
+                scores = p(ids, scores)
+            out[j] = scores[0]
+        return out
+
+    def _should_stop(self, r: int, tokens: Sequence[int]) -> bool:
+        ids = torch.tensor([self.prompts[r] + self.new[r] + list(tokens)], dtype=torch.long,
+                           device=self.device)
+        for c in self.criteria:
+            done = c(ids, None)
+            if bool(done.any() if isinstance(done, torch.Tensor) else done):
+                return True
+        return False
+
+    def sequences(self) -> torch.Tensor:
+        """[B, L + longest output]: the prompts as given, then each row's
+        new tokens, the shorter ones filled with the pad id (as batched
+        ``model.generate`` returns them)."""
+        self.stats.total_seconds = time.perf_counter() - self.t_start
+        longest = max(len(n) for n in self.new)
+        tail = torch.full((len(self.new), longest), self.pad, dtype=torch.long, device=self.device)
+        for r, tokens in enumerate(self.new):
+            if tokens:
+                tail[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        return torch.cat([self.input_ids, tail], dim=1)
+
+
+def _bucket(ngram: int, depth: int):
+    from .token_tree import _bucket as tree_bucket
+
+    return tree_bucket(ngram, 1, depth)
+
+
+def _cut_at(draft: List[int], eos: set) -> List[int]:
+    for j, t in enumerate(draft):
+        if t in eos:
+            return draft[:j]
+    return draft
+
+
+def _model_dtype(model: Any) -> torch.dtype:
+    from .tree_decoder import _model_dtype as dtype_of
+
+    return dtype_of(model)

@@ -1,0 +1,160 @@
+"""Batched prompt lookup (pld.generate / pld.loop.run_batch with [B, L]):
+every row equals greedy decoding of that row alone and the batch equals
+batched greedy ``model.generate`` (float32; tiny Llama and GPT-2; B in
+{2, 3, 8}; prompts of different lengths, left-padded; eos and budgets
+reached at different steps; drafts verified in full and under the width
+budget); sampling per row repeats under a seed; stopping criteria and
+logits processors per row.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import models_fixtures as mf
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
+
+
+def _batch(prompts):
+    import torch
+
+    L = max(map(len, prompts))
+    ids = torch.tensor([[mf.PAD] * (L - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+@pytest.mark.parametrize("B", [2, 3, 8])
+def test_batch_rows_equal_greedy_alone_and_batched_generate(arch, B):
+    import torch
+
+    import pld
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"batch-{arch}-{B}")
+    accepted = 0
+    for trial in range(6):
+        prompts = [mf.repeated_prompt(rng) for _ in range(B)]
+        ids, mask = _batch(prompts)
+        n_new = [1, 40, 2, 30, 40, 25][trial]
+        alone = [mf.greedy(model, mf.as_ids(p), n_new) for p in prompts]
+        # an eos that some rows reach early and others never
+        eos = rng.choice(alone[0]) if trial % 2 and alone[0] else None
+        if eos is not None:
+            alone = [mf.greedy(model, mf.as_ids(p), n_new, eos=eos) for p in prompts]
+        gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=n_new, eos_token_id=eos,
+                           num_pred_tokens=rng.choice([1, 3, 10]), cost_aware=trial >= 3)
+        assert gen.new_tokens == alone, dict(trial=trial, n_new=n_new, eos=eos)
+        with torch.no_grad():
+            batched = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n_new,
+                                     eos_token_id=eos, pad_token_id=mf.PAD)
+        assert gen.sequences.tolist() == batched.tolist()
+        accepted += gen.stats.accepted_draft_tokens
+    assert accepted > 0  # drafts were verified and accepted, not only plain steps
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_batch_sampling_repeats_under_a_seed(arch):
+    import torch
+
+    import pld
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"batch-sample-{arch}")
+    ids, mask = _batch([mf.repeated_prompt(rng) for _ in range(3)])
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        runs.append(pld.generate(model, ids, attention_mask=mask, max_new_tokens=16, do_sample=True,
+                                 temperature=1.5, eos_token_id=None).new_tokens)
+    assert runs[0] == runs[1] and all(len(r) == 16 for r in runs[0])
+
+
+def test_batch_top_k_1_sampling_is_greedy_per_row():
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    rng = random.Random("batch-topk1")
+    prompts = [mf.repeated_prompt(rng) for _ in range(3)]
+    ids, mask = _batch(prompts)
+    torch.manual_seed(0)
+    got = pld.generate(model, ids, attention_mask=mask, max_new_tokens=12, do_sample=True, top_k=1,
+                       eos_token_id=None, cost_aware=False).new_tokens
+    assert got == [mf.greedy(model, mf.as_ids(p), 12) for p in prompts]
+
+
+def test_batch_processors_and_stopping_criteria_per_row():
+    import torch
+    from transformers import (LogitsProcessorList, MaxLengthCriteria, RepetitionPenaltyLogitsProcessor,
+                              StoppingCriteriaList)
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    rng = random.Random("batch-proc")
+    prompts = [mf.repeated_prompt(rng) for _ in range(3)]
+    ids, mask = _batch(prompts)
+    gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=20, eos_token_id=None,
+                       logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)]),
+                       cost_aware=False)
+    for p, row in zip(prompts, gen.new_tokens):
+        assert row == mf.greedy(model, mf.as_ids(p), 20, repetition_penalty=1.5)
+    # a criterion on each row's own length: rows stop at different steps
+    stop = StoppingCriteriaList([MaxLengthCriteria(max_length=len(prompts[0]) + 5)])
+    gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=20, eos_token_id=None,
+                       stopping_criteria=stop, cost_aware=False)
+    for p, row in zip(prompts, gen.new_tokens):
+        want = max(0, len(prompts[0]) + 5 - len(p))
+        assert row == mf.greedy(model, mf.as_ids(p), 20)[:max(want, 1)]
+    del torch
+
+
+def test_batch_of_one_row_equals_the_single_row_loop():
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    ids = mf.as_ids(mf.repeated_prompt(random.Random("one")))
+    from pld import loop
+    import torch
+
+    with torch.no_grad():
+        seqs, rows, _ = loop.run_batch(model, ids, max_new_tokens=16, cost_aware=False)
+    assert rows[0] == mf.greedy(model, ids, 16)
+    assert pld.generate(model, ids, max_new_tokens=16, eos_token_id=None).new_tokens == rows[0]
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_batch_through_model_generate(arch, monkeypatch):
+    """pld.enable(): model.generate(batch, attention_mask=...,
+    prompt_lookup_num_tokens=k) runs the batched loop (transformers itself
+    refuses a batch there) and equals batched greedy."""
+    import torch
+
+    import pld
+    from pld import loop
+
+    model = mf.tiny_model(arch)
+    calls = []
+    original = loop.run_batch
+    monkeypatch.setattr(loop, "run_batch", lambda *a, **k: calls.append(1) or original(*a, **k))
+    rng = random.Random(f"batch-hf-{arch}")
+    for B in (2, 4):
+        ids, mask = _batch([mf.repeated_prompt(rng) for _ in range(B)])
+        with torch.no_grad():
+            want = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=24,
+                                  pad_token_id=mf.PAD)
+            with pld.enabled():
+                got = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=24,
+                                     prompt_lookup_num_tokens=5, pad_token_id=mf.PAD)
+                out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=24,
+                                     prompt_lookup_num_tokens=5, pad_token_id=mf.PAD,
+                                     return_dict_in_generate=True)
+        assert got.tolist() == want.tolist()
+        assert out.sequences.tolist() == want.tolist()
+    assert len(calls) == 4
