@@ -14,7 +14,9 @@ slots leaves holes. ``valid`` ([B, T]: left padding and holes are False)
 is the attention mask of every later step (a 4D mask: each new token sees
 its row's valid slots and the new slots before it), and every row keeps its
 own position count, so a hole never shifts a position: each row sees
-exactly its own tokens at their own positions, as if decoded alone. Rows
+exactly its own tokens at their own positions, as if decoded alone. When
+holes and padding fill more than half the cache, one gather moves each
+row's slots together at the end of a shorter cache. Rows
 that finish (eos, stopping criteria, their budget) leave the batch (the
 cache keeps the other rows), so they cost nothing afterwards.
 
@@ -102,6 +104,7 @@ class BatchDecoder:
         self.acceptance = AcceptanceModel()
         self.stats = LoopStats()
         self.done = False
+        self.compactions = 0
         self._first = True
 
     # -- a step --------------------------------------------------------------
@@ -254,6 +257,40 @@ class BatchDecoder:
         self.positions = self.positions + kept[:, 0]
         self.done = len(finished) == len(self.rows)
         self._drop(finished)
+        if not self.done:
+            self._compact_if_sparse()
+
+    #: Compact the cache when more than this share of its slots are holes
+    #: (or padding) and it holds at least COMPACT_MIN_SLOTS slots.
+    COMPACT_SHARE = 0.5
+    COMPACT_MIN_SLOTS = 64
+
+    def _compact_if_sparse(self) -> None:
+        """Move each row's valid slots to the end of a shorter cache (its
+        holes become left padding), when holes fill more than
+        COMPACT_SHARE of it: attention then reads no more than twice the
+        slots the rows hold. One gather of the cache; positions unchanged."""
+        b, T = self.valid.shape
+        counts = self.valid.sum(1)
+        if T < self.COMPACT_MIN_SLOTS or counts.sum().item() >= (1 - self.COMPACT_SHARE) * b * T:
+            return
+        width = int(counts.max())
+        # row r's valid slots, in order, right-aligned in `width` new slots;
+        # the padding in front repeats the row's first valid slot (masked)
+        order = torch.argsort((~self.valid).int() * T + torch.arange(T, device=self.device)[None], dim=1,
+                              stable=True)[:, :width]  # valid slots first, in order
+        shift = width - counts  # padding in front of each row
+        j = torch.arange(width, device=self.device)[None] - shift[:, None]
+        index = torch.gather(order, 1, j.clamp(min=0))
+        for layer in self.cache.layers:
+            k, v = layer.keys, layer.values
+            if k is None or k.dim() != 4:
+                continue
+            gather = index[:, None, :, None]
+            layer.keys = torch.gather(k, 2, gather.expand(k.shape[0], k.shape[1], width, k.shape[3]))
+            layer.values = torch.gather(v, 2, gather.expand(v.shape[0], v.shape[1], width, v.shape[3]))
+        self.valid = j >= 0
+        self.compactions += 1
 
     # -- helpers -------------------------------------------------------------
     def _drop(self, finished: List[int]) -> None:

@@ -158,3 +158,35 @@ def test_batch_through_model_generate(arch, monkeypatch):
         assert got.tolist() == want.tolist()
         assert out.sequences.tolist() == want.tolist()
     assert len(calls) == 4
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_batch_exact_through_cache_compactions(arch, monkeypatch):
+    """Holes compacted after nearly every step (a share of 10%, from 8
+    slots) on context-sensitive models: a slot moved to the wrong row or
+    place would change the tokens."""
+    import torch
+
+    from pld import batch_decoder, loop
+
+    monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_MIN_SLOTS", 8)
+    monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_SHARE", 0.1)
+    model = mf.sharp_model(arch)
+    rng = random.Random(f"batch-compact-{arch}")
+    compactions = 0
+    original = batch_decoder.BatchDecoder.sequences
+
+    def counting(self):
+        nonlocal compactions
+        compactions += self.compactions
+        return original(self)
+
+    monkeypatch.setattr(batch_decoder.BatchDecoder, "sequences", counting)
+    for _ in range(3):
+        prompts = [mf.repeated_prompt(rng) for _ in range(5)]
+        ids, mask = _batch(prompts)
+        with torch.no_grad():
+            _, rows, _ = loop.run_batch(model, ids, attention_mask=mask, max_new_tokens=40,
+                                        cost_aware=False)
+        assert rows == [mf.greedy(model, mf.as_ids(p), 40) for p in prompts]
+    assert compactions >= 20
