@@ -179,7 +179,9 @@ class BatchDecoder:
         if self._first:
             ids = self.input_ids
             positions = (self.valid.long().cumsum(1) - 1).clamp(min=0)
-            return self._forward(ids, positions, self._prefill_mask(), 1)
+            # the 2D padding mask: transformers builds the causal mask itself
+            # (as batched generate does), without a float [B, L, L] of ours
+            return self._forward(ids, positions, self.valid.long(), 1)
         width = max(len(d) for d in drafts)
         ids = torch.tensor([self.pending[r] + d + [self.pending[r][0]] * (width - len(d))
                             for r, d in zip(self.rows, drafts)], dtype=torch.long, device=self.device)
@@ -327,17 +329,6 @@ class BatchDecoder:
         allowed = torch.cat([self.valid[:, None, :].expand(b, q, T),
                              torch.ones(q, q, dtype=torch.bool, device=self.device).tril()[None].expand(b, q, q)],
                             dim=2)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[:, None]
-
-    def _prefill_mask(self) -> torch.Tensor:
-        """Additive [B, 1, L, L]: causal over each row's own tokens (a padding
-        slot sees itself, so no row of the softmax is empty)."""
-        b, L = self.valid.shape
-        causal = torch.ones(L, L, dtype=torch.bool, device=self.device).tril()
-        allowed = causal[None] & self.valid[:, None, :]
-        allowed |= torch.eye(L, dtype=torch.bool, device=self.device)[None]
         mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
         mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
         return mask[:, None]

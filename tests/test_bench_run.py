@@ -80,8 +80,10 @@ def test_batch_run_compares_at_the_same_batch_size(tmp_path, capsys):
     assert main(argv) == 0
     with open(tmp_path / "batch_results.jsonl") as fh:
         rows = [json.loads(line) for line in fh]
-    assert {r["method"] for r in rows} == {"greedy", "pld", "pld_full"}
-    assert len(rows) == 3 * 2  # two tasks, one batch of two each, three methods
+    methods = {r["method"] for r in rows}
+    # greedy_onednn where pld's loop routes the linear layers to oneDNN here
+    assert methods - {"greedy_onednn"} == {"greedy", "pld", "pld_full"}
+    assert len(rows) == len(methods) * 2  # two tasks, one batch of two each
     for r in rows:
         assert r["rows"] == 2 and 0 < r["new_tokens"] <= 16 and r["identical_rows"] == 2
         assert r["forward_calls"] >= 1

@@ -12,6 +12,10 @@ warm-up batch:
   pld         ``pld.generate`` on the batch: one index a row, one forward a
               step for the batch, the width budget from the measured cost
   pld_full    the same, every draft verified in full (``cost_aware=False``)
+  greedy_onednn
+              batched greedy with the model's linear layers on oneDNN, where
+              pld's loop picks that kernel on this machine (what the kernel
+              alone gives; pld.linear_kernel)
 
 Per task: tokens/s over the whole batch (all new tokens, eos included, over
 the batch's wall time; mean of per-batch ratios to greedy, and the pooled
@@ -28,7 +32,7 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List
 
-METHODS = ("greedy", "pld", "pld_full")
+METHODS = ("greedy", "pld", "pld_full", "greedy_onednn")
 
 
 def _left_padded(tokenizer: Any, rows: List[Any]) -> Any:
@@ -67,8 +71,19 @@ def _methods(model: Any, args: Any, pad: int) -> Dict[str, Callable]:
                                       cost_aware=cost_aware, **common)[0]
         return run
 
+    from pld.linear_kernel import LinearKernel
+
+    kernel = LinearKernel(model, "auto")  # the choice pld's loop makes on this machine
+
+    def greedy_kernel(ids, mask):
+        with kernel.routing():
+            return greedy(ids, mask)
+
     del pld
-    return {"greedy": greedy, "pld": lookup(True), "pld_full": lookup(False)}
+    methods = {"greedy": greedy, "pld": lookup(True), "pld_full": lookup(False)}
+    if kernel.active:
+        methods["greedy_onednn"] = greedy_kernel
+    return methods
 
 
 def _rows_of(seq: Any, width: int, eos: Any, pad: int) -> List[List[int]]:
