@@ -15,8 +15,8 @@ is the attention mask of every later step (a 4D mask: each new token sees
 its row's valid slots and the new slots before it), and every row keeps its
 own position count, so a hole never shifts a position: each row sees
 exactly its own tokens at their own positions, as if decoded alone. When
-holes and padding fill more than half the cache, one gather moves each
-row's slots together at the end of a shorter cache. Rows
+the cache is more than twice as long as its longest row, one gather moves
+each row's slots together at the end of a shorter cache. Rows
 that finish (eos, stopping criteria, their budget) leave the batch (the
 cache keeps the other rows), so they cost nothing afterwards.
 
@@ -262,21 +262,23 @@ class BatchDecoder:
         if not self.done:
             self._compact_if_sparse()
 
-    #: Compact the cache when more than this share of its slots are holes
-    #: (or padding) and it holds at least COMPACT_MIN_SLOTS slots.
+    #: Compact the cache when that would shorten it by more than this share
+    #: (it is then longer than its longest row by that much) and it holds
+    #: at least COMPACT_MIN_SLOTS slots.
     COMPACT_SHARE = 0.5
     COMPACT_MIN_SLOTS = 64
 
     def _compact_if_sparse(self) -> None:
         """Move each row's valid slots to the end of a shorter cache (its
-        holes become left padding), when holes fill more than
-        COMPACT_SHARE of it: attention then reads no more than twice the
-        slots the rows hold. One gather of the cache; positions unchanged."""
+        holes become left padding), when that shortens the cache by more
+        than COMPACT_SHARE: attention then reads at most about twice the
+        slots of the longest row. One gather of the cache; positions
+        unchanged."""
         b, T = self.valid.shape
         counts = self.valid.sum(1)
-        if T < self.COMPACT_MIN_SLOTS or counts.sum().item() >= (1 - self.COMPACT_SHARE) * b * T:
-            return
-        width = int(counts.max())
+        width = int(counts.max())  # the length after compaction (the longest row)
+        if T < self.COMPACT_MIN_SLOTS or width >= (1 - self.COMPACT_SHARE) * T:
+            return  # (left padding that rows of unequal length need does not count)
         # row r's valid slots, in order, right-aligned in `width` new slots;
         # the padding in front repeats the row's first valid slot (masked)
         order = torch.argsort((~self.valid).int() * T + torch.arange(T, device=self.device)[None], dim=1,

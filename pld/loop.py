@@ -60,6 +60,19 @@ def tree_blocker(model: Any, cache: Any) -> Optional[str]:
     return None
 
 
+def resolve_config(model: Any, config: Optional[DecodeConfig], options: dict) -> DecodeConfig:
+    """The run's DecodeConfig: ``config`` (or RUN_DEFAULTS) with the
+    keyword ``options`` (``eos_token_ids`` an alias of ``eos_token_id``),
+    its eos resolved from the model's generation config."""
+    if "eos_token_ids" in options:
+        options["eos_token_id"] = options.pop("eos_token_ids")
+    if config is None:
+        config = DecodeConfig(**{**RUN_DEFAULTS, **options})
+    elif options:
+        config = config.replace(**options)
+    return config.with_model_eos(model)
+
+
 def run(
     model: Any,
     input_ids: torch.Tensor,
@@ -86,13 +99,7 @@ def run(
     (float32), whatever the options; sampling keeps the model's
     distribution.
     """
-    if "eos_token_ids" in options:
-        options["eos_token_id"] = options.pop("eos_token_ids")
-    if config is None:
-        config = DecodeConfig(**{**RUN_DEFAULTS, **options})
-    elif options:
-        config = config.replace(**options)
-    config = config.with_model_eos(model)
+    config = resolve_config(model, config, options)
     if cache is None:
         cache = default_cache(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
@@ -133,13 +140,7 @@ def run_batch(
     from .batch_decoder import BatchDecoder, check_left_padded
     from .kv_cache import cache_for
 
-    if "eos_token_ids" in options:
-        options["eos_token_id"] = options.pop("eos_token_ids")
-    if config is None:
-        config = DecodeConfig(**{**RUN_DEFAULTS, **options})
-    elif options:
-        config = config.replace(**options)
-    config = config.with_model_eos(model)
+    config = resolve_config(model, config, options)
     check_left_padded(input_ids, attention_mask)
     if cache is None:
         cache = cache_for(model, capacity=input_ids.shape[1] + 2 * (config.num_pred_tokens + 1)

@@ -162,9 +162,9 @@ def test_batch_through_model_generate(arch, monkeypatch):
 
 @pytest.mark.parametrize("arch", mf.ARCHS)
 def test_batch_exact_through_cache_compactions(arch, monkeypatch):
-    """Holes compacted after nearly every step (a share of 10%, from 8
-    slots) on context-sensitive models: a slot moved to the wrong row or
-    place would change the tokens."""
+    """The cache compacted whenever that shortens it by 10% (from 8 slots)
+    on context-sensitive models: a slot moved to the wrong row or place
+    would change the tokens."""
     import torch
 
     from pld import batch_decoder, loop
@@ -189,4 +189,4 @@ def test_batch_exact_through_cache_compactions(arch, monkeypatch):
             _, rows, _ = loop.run_batch(model, ids, attention_mask=mask, max_new_tokens=40,
                                         cost_aware=False)
         assert rows == [mf.greedy(model, mf.as_ids(p), 40) for p in prompts]
-    assert compactions >= 20
+    assert compactions >= 5

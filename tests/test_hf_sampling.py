@@ -142,6 +142,26 @@ def _pooled(counts, probs, n, min_expected=5.0):
     return pooled_counts, pooled_probs
 
 
+def joint_law(model, prompt):
+    """(p(t1), p(t1) * p(t2 | t1) flattened as t1 * V + t2) after prompt."""
+    p1 = _next_probs(model, prompt)
+    joint = [p1[t1] * q for t1 in range(V) for q in _next_probs(model, prompt + [t1])]
+    assert abs(sum(joint) - 1) < 1e-9
+    return p1, joint
+
+
+def check_joint_law(counts, p1, joint, n):
+    """The first two tokens' histogram ``counts`` (key t1 * V + t2) fits
+    the joint law, and the same draws reject a law that ignores t1 in
+    p(t2 | t1) (power)."""
+    pooled_counts, pooled_probs = _pooled(counts, joint, n)
+    assert chi2_pvalue(pooled_counts, pooled_probs) > ALPHA
+    p2_marginal = [sum(joint[t1 * V + t2] for t1 in range(V)) for t2 in range(V)]
+    independent = [p1[t1] * p2_marginal[t2] for t1 in range(V) for t2 in range(V)]
+    wrong_counts, wrong_probs = _pooled(counts, independent, n)
+    assert chi2_pvalue(wrong_counts, wrong_probs) < ALPHA
+
+
 def test_joint_distribution_of_first_two_tokens():
     import torch
 
@@ -150,9 +170,7 @@ def test_joint_distribution_of_first_two_tokens():
     model = _stat_model()
     prompt = _prompt_with_likely_draft(model)
     ids = torch.tensor([prompt])
-    p1 = _next_probs(model, prompt)
-    joint = [p1[t1] * q for t1 in range(V) for q in _next_probs(model, prompt + [t1])]
-    assert abs(sum(joint) - 1) < 1e-9
+    p1, joint = joint_law(model, prompt)
 
     N = 2000
     torch.manual_seed(2024)
@@ -169,13 +187,7 @@ def test_joint_distribution_of_first_two_tokens():
     # every path occurred: draft rejected at once, one accepted, both accepted
     assert all(first_steps[a] > 20 for a in (0, 1, 2)), first_steps
 
-    pooled_counts, pooled_probs = _pooled(counts, joint, N)
-    assert chi2_pvalue(pooled_counts, pooled_probs) > ALPHA
-    # power: the same draws reject a distribution that ignores t1 in p(t2 | t1)
-    p2_marginal = [sum(joint[t1 * V + t2] for t1 in range(V)) for t2 in range(V)]
-    independent = [p1[t1] * p2_marginal[t2] for t1 in range(V) for t2 in range(V)]
-    wrong_counts, wrong_probs = _pooled(counts, independent, N)
-    assert chi2_pvalue(wrong_counts, wrong_probs) < ALPHA
+    check_joint_law(counts, p1, joint, N)
 
 
 def test_first_token_distribution_through_model_generate():

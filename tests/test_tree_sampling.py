@@ -16,8 +16,7 @@ from collections import Counter
 import pytest
 
 from models_fixtures import one_thread  # noqa: F401 - a fixture
-from test_accept import chi2_pvalue
-from test_hf_sampling import ALPHA, TEMPERATURE, V, _next_probs, _pooled, _stat_model
+from test_hf_sampling import TEMPERATURE, V, _next_probs, _stat_model, check_joint_law, joint_law
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -45,9 +44,7 @@ def test_joint_distribution_of_first_two_tokens_through_a_tree():
     model = _stat_model()
     prompt, x, x2 = _branching_prompt(model)
     ids = torch.tensor([prompt])
-    p1 = _next_probs(model, prompt)
-    joint = [p1[t1] * q for t1 in range(V) for q in _next_probs(model, prompt + [t1])]
-    assert abs(sum(joint) - 1) < 1e-9
+    p1, joint = joint_law(model, prompt)
 
     N = 2500
     torch.manual_seed(2025)
@@ -64,10 +61,4 @@ def test_joint_distribution_of_first_two_tokens_through_a_tree():
         ways["none" if first.accepted == 0 else ("x" if t[0] == x else "x2")] += 1
     assert ways["none"] > 50 and ways["x"] > 50 and ways["x2"] > 50, ways
 
-    pooled_counts, pooled_probs = _pooled(counts, joint, N)
-    assert chi2_pvalue(pooled_counts, pooled_probs) > ALPHA
-    # power: the same draws reject a law that ignores t1 in p(t2 | t1)
-    p2_marginal = [sum(joint[t1 * V + t2] for t1 in range(V)) for t2 in range(V)]
-    independent = [p1[t1] * p2_marginal[t2] for t1 in range(V) for t2 in range(V)]
-    wrong_counts, wrong_probs = _pooled(counts, independent, N)
-    assert chi2_pvalue(wrong_counts, wrong_probs) < ALPHA
+    check_joint_law(counts, p1, joint, N)
