@@ -162,7 +162,7 @@ def test_batch_through_model_generate(arch, monkeypatch):
 
 @pytest.mark.parametrize("arch", mf.ARCHS)
 def test_batch_exact_through_cache_compactions(arch, monkeypatch):
-    """The cache compacted whenever that shortens it by 10% (from 8 slots)
+    """The cache compacted whenever that shortens it at all (from 8 slots)
     on context-sensitive models: a slot moved to the wrong row or place
     would change the tokens."""
     import torch
@@ -170,7 +170,7 @@ def test_batch_exact_through_cache_compactions(arch, monkeypatch):
     from pld import batch_decoder, loop
 
     monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_MIN_SLOTS", 8)
-    monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_SHARE", 0.1)
+    monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_SHARE", 0.01)
     model = mf.sharp_model(arch)
     rng = random.Random(f"batch-compact-{arch}")
     compactions = 0
@@ -189,4 +189,4 @@ def test_batch_exact_through_cache_compactions(arch, monkeypatch):
             _, rows, _ = loop.run_batch(model, ids, attention_mask=mask, max_new_tokens=40,
                                         cost_aware=False)
         assert rows == [mf.greedy(model, mf.as_ids(p), 40) for p in prompts]
-    assert compactions >= 5
+    assert compactions >= 3
