@@ -198,7 +198,7 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
         sequences, _, _ = loop.run_batch(
             self, input_ids, options, cache=cache, attention_mask=model_kwargs.get("attention_mask"),
             logits_processor=named["logits_processor"], stopping_criteria=criteria,
-            pad_token_id=config.pad_token_id)
+            pad_token_id=_pad_id(config))
         if want_dict:
             return _gen_utils.GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=cache)
         return sequences
@@ -222,6 +222,15 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
             past_key_values=result.past_key_values,
         )
     return result.sequences
+
+
+def _pad_id(config: Any) -> Any:
+    """The id generate() fills finished rows with (its pad token, which it
+    sets to the first eos id when the model has none)."""
+    pad = getattr(config, "_pad_token_tensor", None)
+    if isinstance(pad, torch.Tensor) and pad.numel():
+        return int(pad.reshape(-1)[0])
+    return config.pad_token_id
 
 
 def _loop_cache(model: Any, input_ids: torch.Tensor, options: DecodeConfig, model_kwargs: dict) -> Any:
