@@ -77,7 +77,7 @@ def test_cost_gate_uses_priors_until_it_has_timings():
 
     g = CostGate(3, prior_ratio=1.4)
     assert g.ratio == 1.4
-    # priors 0.5 / 1.2 / 3.0 accepted tokens against a threshold of 0.4
+    # priors (0.6 / 1.4 / 3.2 accepted tokens) against a threshold of 0.4
     assert g.allow(1) and g.allow(2) and g.allow(3)
 
 
@@ -89,7 +89,7 @@ def test_cost_gate_closes_small_matches_when_drafts_are_expensive():
     g.update(3, 10, 4, 0.20)          # a drafted step: 200 ms, so r = 2
     assert g.ratio == pytest.approx(2.0)
     assert g.allow(3)                 # 3-gram drafts gain more than a token
-    assert not g.allow(1)             # 1-gram drafts (prior 0.5) do not
+    assert not g.allow(1)             # 1-gram drafts (prior 0.6) do not
     # a closed size is let through every `explore` drafts, then closes again
     decisions = [g.allow(1) for _ in range(10)]
     assert decisions.count(True) == 2 and decisions[3] and decisions[8]
@@ -113,5 +113,5 @@ def test_cost_gate_learns_from_accepted_tokens():
     assert not g.allow(1)
     for _ in range(12):               # 1-gram drafts start paying: 5 tokens each
         g.update(1, 10, 5, 0.2)
-    assert g.gain(1) == pytest.approx((0.5 * 4 + 60) / 16)
+    assert g.gain(1) == pytest.approx((CostGate.PRIOR_GAIN[1] * 4 + 60) / 16)
     assert g.allow(1)
