@@ -252,7 +252,8 @@ class BatchDecoder:
             self._drop(finished)
             return
         m = max(kept_slots)
-        self.cache.crop(-(1 + width - m))
+        if 1 + width > m:  # (crop(0) would empty the cache under transformers 4.57)
+            self.cache.crop(-(1 + width - m))
         slots = torch.arange(m, device=self.device)[None]
         kept = torch.tensor(kept_slots, device=self.device)[:, None]
         self.valid = torch.cat([self.valid, slots < kept], dim=1)
