@@ -125,6 +125,9 @@ class DecodeConfig:
                        budget picks fewer where wider does not pay
       tree_candidates  occurrences a tree takes of each n-gram size
                        (<= 16)
+      tree_successors  with draft_tree, also offer the model's own recent
+                       guesses of what follows each node's token
+                       (pld.successors; False: prompt lookup's candidates only)
       cost_aware       verify a draft only if its match size pays for the
                        wider forward on this machine (pld.draft_length.
                        CostGate; greedy only, so that seeded sampling
@@ -162,6 +165,7 @@ class DecodeConfig:
     draft_tree: bool = False
     tree_width: int = 32
     tree_candidates: int = 4
+    tree_successors: bool = True
     cost_aware: bool = True
     eos_token_id: Any = EOS_FROM_MODEL
     do_sample: bool = False
@@ -193,7 +197,7 @@ class DecodeConfig:
         _choice("policy", self.policy, POLICIES)
         _choice("semantics", self.semantics, SEMANTICS)
         _choice("linear_kernel", self.linear_kernel, LINEAR_KERNELS)
-        for name in ("adaptive", "draft_tree", "cost_aware", "do_sample", "output_scores", "output_logits",
+        for name in ("adaptive", "draft_tree", "tree_successors", "cost_aware", "do_sample", "output_scores", "output_logits",
                      "record_steps"):
             put(name, _flag(name, getattr(self, name)))
         if not (is_index(self.eos_token_id) and operator.index(self.eos_token_id) == EOS_FROM_MODEL):

@@ -29,25 +29,36 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-#: Buckets of the acceptance model: n-gram size 1, 2, 3+; support 1, 2, 3+;
-#: depth 1, 2, 3-4, 5-8, 9+.
-NGRAM_BUCKETS = 3
+#: Buckets of the acceptance model: source 0 (the model's own successors,
+#: pld.successors; "support" is then the successor's rank 1, 2, 3+) or
+#: n-gram size 1, 2, 3+; support 1, 2, 3+; depth 1, 2, 3-4, 5-8, 9+.
+NGRAM_BUCKETS = 4
 SUPPORT_BUCKETS = 3
 DEPTH_EDGES = (1, 2, 4, 8)
 
-#: The prior: P(a node is accepted | its parent was) by [n-gram bucket]
-#: [support bucket][depth bucket]. Fitted on the embedded model with
-#: ``python -m pld bench tree-prior --tasks summarization,rag --skip 40
-#: --limit 40 --max-new-tokens 128`` (Spec-Bench prompts 41-80 of each
-#: task, every proposed node verified; pld/bench/tree_prior.py), so not on
-#: the prompts the reported runs use (the first 20 of each task).
+#: The prior: P(a node is accepted | its parent was) by [source / n-gram
+#: bucket][support or rank bucket][depth bucket]. Fitted on the embedded
+#: model with ``python -m pld bench tree-prior --tasks summarization,rag
+#: --skip 40 --limit 40 --max-new-tokens 128 --successors --width 48
+#: --threads 1`` (Spec-Bench prompts 41-80 of each task, the first 48 nodes
+#: of every tree verified; pld/bench/tree_prior.py), so not on the prompts
+#: the reported runs use (the first 20 of each task).
 PRIOR = (
-    ((0.09, 0.34, 0.56, 0.76, 0.83), (0.29, 0.53, 0.72, 0.86, 0.95), (0.59, 0.8, 0.84, 0.91, 0.95)),
-    ((0.21, 0.42, 0.61, 0.77, 0.76), (0.38, 0.58, 0.83, 0.87, 0.8), (0.7, 0.89, 0.86, 0.92, 0.95)),
-    ((0.42, 0.64, 0.74, 0.83, 0.87), (0.73, 0.8, 0.93, 0.93, 0.91), (0.9, 0.97, 0.99, 0.99, 1.0)),
+    ((0.32, 0.24, 0.23, 0.13, 0.13), (0.07, 0.05, 0.05, 0.11, 0.11), (0.03, 0.11, 0.11, 0.11, 0.11)),
+    ((0.09, 0.25, 0.54, 0.75, 0.84), (0.27, 0.46, 0.71, 0.86, 0.95), (0.6, 0.8, 0.83, 0.91, 0.95)),
+    ((0.21, 0.38, 0.62, 0.77, 0.82), (0.36, 0.57, 0.83, 0.87, 0.84), (0.7, 0.83, 0.84, 0.92, 0.96)),
+    ((0.41, 0.65, 0.75, 0.82, 0.84), (0.7, 0.77, 0.93, 0.92, 0.91), (0.88, 0.97, 0.99, 0.99, 1.0)),
 )
 #: How many observations the prior is worth in each bucket.
 PRIOR_WEIGHT = 4.0
+#: Accepted nodes a step per predicted accepted node (the sum of the chosen
+#: nodes' reach): the per-node rates treat a path's nodes as independent,
+#: but acceptance runs in streaks, so the sum underestimates. Measured as
+#: the PRIOR (prompts 41-46 a task, width 12): 763 accepted for 556
+#: predicted over 381 steps.
+PRIOR_SCALE = 1.35
+#: How many predicted accepted nodes the prior scale is worth.
+SCALE_WEIGHT = 8.0
 #: A node is never given a probability above this (and siblings share at most 1).
 MAX_PROBABILITY = 0.98
 
@@ -73,11 +84,60 @@ class TokenTree:
         return len(self.tokens)
 
 
+def with_subtree(tree: TokenTree, token: int, ngram: int, support: int, below: TokenTree
+                 ) -> TokenTree:
+    """``tree`` with a new child ``token`` of the root (n-gram size
+    ``ngram``, ``support``) and, below it, the nodes of ``below`` (a tree
+    rooted at that token) one level deeper."""
+    out = TokenTree(list(tree.tokens) + [token], list(tree.parents) + [-1],
+                    list(tree.depths) + [1], list(tree.ngrams) + [ngram],
+                    list(tree.supports) + [support])
+    base = len(tree.tokens)
+    out.tokens += below.tokens
+    out.parents += [base if p < 0 else base + 1 + p for p in below.parents]
+    out.depths += [d + 1 for d in below.depths]
+    out.ngrams += below.ngrams
+    out.supports += below.supports
+    return out
+
+
+def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], max_depth: int,
+          max_nodes: int, eos: Sequence[int] = ()) -> TokenTree:
+    """``tree`` with the model's remembered successors added
+    (``successors(token, count)``: pld.successors.SuccessorTable): every
+    node at depth d (the root, ``root_token``, at 0) gets its first
+    ``shape[d]`` successors as children it does not have yet (n-gram size 0,
+    support = rank), breadth first, to ``max_depth`` and ``max_nodes`` in
+    all. Nothing follows an eos node."""
+    out = TokenTree(list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.ngrams),
+                    list(tree.supports))
+    eos = set(eos)
+    children = {(p, t) for p, t in zip(out.parents, out.tokens)}
+    queue = [(-1, root_token, 0)] + [(j, t, d) for j, (t, d) in enumerate(zip(out.tokens, out.depths))]
+    head = 0
+    while head < len(queue) and len(out.tokens) < max_nodes:
+        node, token, depth = queue[head]
+        head += 1
+        if depth >= max_depth or depth >= len(shape) or token in eos:
+            continue
+        for rank, t in enumerate(successors(token, shape[depth]), start=1):
+            if (node, t) in children or len(out.tokens) >= max_nodes:
+                continue
+            children.add((node, t))
+            out.tokens.append(t)
+            out.parents.append(node)
+            out.depths.append(depth + 1)
+            out.ngrams.append(0)
+            out.supports.append(rank)
+            queue.append((len(out.tokens) - 1, t, depth + 1))
+    return out
+
+
 def _bucket(ngram: int, support: int, depth: int) -> Tuple[int, int, int]:
     d = 0
     while d < len(DEPTH_EDGES) and depth > DEPTH_EDGES[d]:
         d += 1
-    return (min(ngram, NGRAM_BUCKETS) - 1, min(support, SUPPORT_BUCKETS) - 1, d)
+    return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d)
 
 
 class AcceptanceModel:
@@ -92,6 +152,20 @@ class AcceptanceModel:
                 for d in range(len(DEPTH_EDGES) + 1):
                     self.hits[(n, s, d)] = min(MAX_PROBABILITY, prior[n][s][d]) * prior_weight
                     self.trials[(n, s, d)] = prior_weight
+
+        self.predicted = SCALE_WEIGHT
+        self.accepted = SCALE_WEIGHT * PRIOR_SCALE
+
+    @property
+    def scale(self) -> float:
+        """Accepted nodes per predicted one, so far in this generation."""
+        return self.accepted / self.predicted
+
+    def scaled(self, reach: Sequence[float]) -> List[float]:
+        """``reach`` times :attr:`scale`, capped at MAX_PROBABILITY (the
+        order, and so the choice's ancestor closure, is kept)."""
+        k = self.scale
+        return [min(MAX_PROBABILITY, r * k) for r in reach]
 
     def rate(self, ngram: int, support: int, depth: int) -> float:
         b = _bucket(ngram, support, depth)
@@ -111,9 +185,15 @@ class AcceptanceModel:
             reach.append(share * (reach[parent] if parent >= 0 else 1.0))
         return reach
 
-    def update(self, tree: TokenTree, chosen: Sequence[int], path: Sequence[int]) -> None:
+    def update(self, tree: TokenTree, chosen: Sequence[int], path: Sequence[int],
+               predicted: Optional[float] = None) -> None:
         """After a step: every verified node (``chosen``) whose parent was
-        reached was a trial; those on the accepted ``path`` were hits."""
+        reached was a trial; those on the accepted ``path`` were hits.
+        ``predicted`` (the chosen nodes' summed reach before scaling)
+        updates :attr:`scale`."""
+        if predicted is not None:
+            self.predicted += predicted
+            self.accepted += len(path)
         reached = {-1, *path}
         on_path = set(path)
         for j in chosen:

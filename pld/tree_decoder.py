@@ -5,7 +5,10 @@ first three phases widened from one draft to a tree of them:
 
     propose  tree = index.propose_tree(k)      C: candidate continuations
              (several occurrences of each suffix n-gram) merged into a trie;
-             the nodes worth verifying chosen under the width budget
+             with tree_successors, the model's remembered successors grafted
+             on (pld.successors), the root's best guesses each followed by
+             the index's candidates as if the guess came next; the nodes
+             worth verifying chosen under the width budget
              (pld.token_tree.choose, from pld.forward_cost's measured c(w))
     verify   logits = model([pending..., *nodes])   one forward; node i at
              position last + depth(i), seeing the context, its ancestors
@@ -14,7 +17,8 @@ first three phases widened from one draft to a tree of them:
              (argmax, or a draw from the processed distribution); while it
              is a verified child, descend
     commit   as for a linear draft, the cache keeping the context and the
-             accepted path (OwnedCache.keep_last: a gather, not a crop)
+             accepted path (OwnedCache.keep_last: a gather, not a crop);
+             every verified row's top successors remembered
 
 Exactness: greedy appends the model's argmax at every row it reads, each
 row computed with exactly the accepted prefix in view, so the tokens are
@@ -23,7 +27,8 @@ model's processed distribution given the accepted prefix (the tree only
 decides which rows were computed ahead), so the output has the model's
 distribution; draws use torch's generator, so a seed repeats a run. The
 budget's choices never read the clock within a generation: c(w) is
-measured before the first drafted step and frozen.
+measured before the first drafted step and frozen; the successors are a
+function of what the generation computed, so they too repeat.
 """
 from __future__ import annotations
 
@@ -35,7 +40,16 @@ import torch
 from . import _core, forward_cost
 from .config import MAX_TREE_WIDTH
 from .decoder import Decoder
-from .token_tree import AcceptanceModel, TokenTree, attention_mask, choose, local_parents, walk
+from .successors import SuccessorTable
+from .token_tree import (AcceptanceModel, TokenTree, attention_mask, choose, graft, local_parents,
+                         walk, with_subtree)
+
+#: How many of a node's remembered successors a tree offers, by the node's
+#: depth (the root at 0); deeper nodes get none.
+SUCCESSOR_SHAPE = (4, 2, 2, 1, 1, 1, 1, 1, 1, 1)
+#: Remembered successors of the root each followed by prompt lookup's
+#: candidates after it (TreeDecoder.guess_ahead).
+ROOT_GUESSES = 2
 
 
 class TreeDecoder(Decoder):
@@ -52,12 +66,15 @@ class TreeDecoder(Decoder):
         self._eos_list = sorted(self.eos)
         self._tree: Optional[TokenTree] = None
         self._chosen: List[int] = []
+        self._predicted = 0.0
+        self.successors: Optional[SuccessorTable] = None  # made at the first logits
 
     def step(self) -> bool:
         """One step: propose a tree, verify it, walk it, commit the path."""
         tree, chosen = self.propose_tree()
         logits = self.verify_tree(tree, chosen)
         path, new, processed, rows, seconds = self.accept_tree(tree, chosen, logits)
+        self.remember(tree, chosen, logits)
         self._tree, self._chosen, self._path = tree, chosen, path
         self.commit(len(chosen), 0, len(path), new, processed, rows, seconds)
         return not self.done
@@ -82,12 +99,41 @@ class TreeDecoder(Decoder):
                 self.cost = self.calibrate()
             cost = self.cost
         width = self.config.tree_width
-        tree = TokenTree.from_index(self.index, depth, self.config.tree_candidates,
-                                    min(MAX_TREE_WIDTH, 2 * width), self._eos_list)
+        max_nodes = min(MAX_TREE_WIDTH, 2 * width)
+        tree = TokenTree.from_index(self.index, depth, self.config.tree_candidates, max_nodes,
+                                    self._eos_list)
+        if self.successors is not None:
+            tree = self.guess_ahead(tree, depth, max_nodes)
+            tree = graft(tree, int(self.buf.ids[0, self.cur - 1]), self.successors.successors,
+                         SUCCESSOR_SHAPE, depth, min(MAX_TREE_WIDTH, 4 * width), self._eos_list)
         if not len(tree):
             return None, []
         pending = self.cur - self.model.cached
-        return tree, choose(self.acceptance.reach(tree), cost, pending, width)
+        reach = self.acceptance.reach(tree)
+        chosen = choose(self.acceptance.scaled(reach), cost, pending, width)
+        self._predicted = sum(reach[j] for j in chosen)
+        return tree, chosen
+
+    def guess_ahead(self, tree: TokenTree, depth: int, max_nodes: int) -> TokenTree:
+        """The root's remembered successors that prompt lookup did not
+        propose, each followed by prompt lookup's candidates for the
+        sequence as if it came next (the index extended by it, then cut
+        back): a seam the input cannot predict, then a copy it can."""
+        root = int(self.buf.ids[0, self.cur - 1])
+        have = {t for t, p in zip(tree.tokens, tree.parents) if p < 0}
+        for rank, s in enumerate(self.successors.successors(root, ROOT_GUESSES), start=1):
+            if s in have or s in self.eos or len(tree) >= max_nodes:
+                continue
+            below = TokenTree([], [], [], [], [])
+            if depth > 1:
+                self.index.extend(s)
+                try:
+                    below = TokenTree.from_index(self.index, depth - 1, self.config.tree_candidates,
+                                                 max_nodes, self._eos_list)
+                finally:
+                    self.index.truncate(self.cur)
+            tree = with_subtree(tree, s, 0, rank, below)
+        return tree
 
     def calibrate(self) -> forward_cost.ForwardCost:
         """c(w) for this model at this context (measured once per context
@@ -118,6 +164,15 @@ class TreeDecoder(Decoder):
                self.config.linear_kernel, pending)
         with torch.no_grad():
             return forward_cost.cached_or_measure(adapter.model, key, probe, widths)
+
+    def remember(self, tree: Optional[TokenTree], chosen: Sequence[int], logits: torch.Tensor) -> None:
+        """Keep each verified row's likeliest successors (tree_successors)."""
+        if not self.config.tree_successors:
+            return
+        if self.successors is None:
+            self.successors = SuccessorTable(logits.shape[-1])
+        inputs = [int(self.buf.ids[0, self.cur - 1])] + [tree.tokens[j] for j in chosen]
+        self.successors.update(torch.tensor(inputs), logits)
 
     # -- verify ------------------------------------------------------------
     def verify_tree(self, tree: Optional[TokenTree], chosen: Sequence[int]) -> torch.Tensor:
@@ -211,7 +266,7 @@ class TreeDecoder(Decoder):
         super()._count(k, ngram, accepted, new, seconds)
         if self._chosen:
             self.acceptance.update(self._tree, self._chosen,
-                                   [self._chosen[i] for i in self._path])
+                                   [self._chosen[i] for i in self._path], self._predicted)
 
 
 # Every node pays (the prefill's tree).

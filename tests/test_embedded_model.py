@@ -1,6 +1,7 @@
 """The embedded SmolLM2-135M-Instruct (GGUF, loaded offline by pld.models):
 its end-of-turn token, and pld-enabled generate() against plain greedy on
-20 real Spec-Bench prompts (10 summarization, 10 rag), token for token.
+20 real Spec-Bench prompts (10 summarization, 10 rag), token for token,
+with linear drafts and with token trees (draft_tree=True).
 
 Loading takes ~25 s and each prompt a few seconds on one thread; the
 prompts are cut to their first 1500 characters to keep the file short.
@@ -75,11 +76,14 @@ def test_pld_generate_equals_greedy(embedded, name, prompt, monkeypatch):
     ids = demo.build_input_ids(tokenizer, prompt)
     with torch.no_grad():
         plain = model.generate(ids, do_sample=False, max_new_tokens=MAX_NEW)
-        with pld.enabled():
-            ours = model.generate(ids, do_sample=False, max_new_tokens=MAX_NEW, prompt_lookup_num_tokens=10)
-    assert ours[0].tolist() == plain[0].tolist(), (
-        tokenizer.decode(plain[0, ids.shape[1]:]), tokenizer.decode(ours[0, ids.shape[1]:]))
-    assert len(counter_calls) == 1  # served natively
+        for options in ({}, {"draft_tree": True}):  # linear drafts; token trees with successors
+            with pld.enabled(**options):
+                ours = model.generate(ids, do_sample=False, max_new_tokens=MAX_NEW,
+                                      prompt_lookup_num_tokens=10)
+            assert ours[0].tolist() == plain[0].tolist(), (
+                options, tokenizer.decode(plain[0, ids.shape[1]:]),
+                tokenizer.decode(ours[0, ids.shape[1]:]))
+    assert len(counter_calls) == 2  # served natively, both times
 
 
 def test_stop_strings(embedded):

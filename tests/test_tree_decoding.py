@@ -55,7 +55,7 @@ def test_tree_greedy_exact(arch, sharp, caplog):
         k = rng.choice([1, 3, 5, 10])
         gen = _tree(model, ids, n_new, num_pred_tokens=k, max_ngram_size=rng.choice([1, 2, 3]),
                     tree_width=rng.choice([1, 4, 16, 64]), tree_candidates=rng.choice([1, 4, 8]),
-                    eos_token_id=eos)
+                    tree_successors=bool(i % 3), eos_token_id=eos)
         assert gen.new_tokens == expected, dict(prompt=prompt, n_new=n_new, k=k, eos=eos)
         drafted += sum(r.proposed > 0 for r in gen.stats.records)
         branched += sum(r.proposed > r.accepted + 1 for r in gen.stats.records)
@@ -241,15 +241,15 @@ def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
 
     tree = _tree_of([5, 6, 7, 8], [-1, 0, 0, -1], [1, 2, 2, 1], ngrams=[3, 3, 3, 3],
                     supports=[3, 3, 3, 3])
-    prior = tuple(tuple((0.9,) * 5 for _ in range(3)) for _ in range(3))
+    prior = tuple(tuple((0.9,) * 5 for _ in range(3)) for _ in range(4))
     model = AcceptanceModel(prior=prior)
     reach = model.reach(tree)
     assert reach[0] + reach[3] == pytest.approx(1.0)  # two root children at 0.9 each: scaled
     assert reach[1] == pytest.approx(reach[0] * 0.5)
     model.update(tree, [0, 1, 2, 3], [0, 2])  # root children and 0's children were trials
-    assert model.trials[(2, 2, 0)] == pytest.approx(4.0 + 2)
-    assert model.hits[(2, 2, 0)] == pytest.approx(0.9 * 4 + 1)
-    assert model.hits[(2, 2, 1)] == pytest.approx(0.9 * 4 + 1)
+    assert model.trials[(3, 2, 0)] == pytest.approx(4.0 + 2)
+    assert model.hits[(3, 2, 0)] == pytest.approx(0.9 * 4 + 1)
+    assert model.hits[(3, 2, 1)] == pytest.approx(0.9 * 4 + 1)
 
 
 def test_attention_mask_sees_context_ancestors_and_self():
@@ -321,14 +321,19 @@ def test_tree_prior_fit_shrinks_toward_smaller_neighbours():
     from pld.token_tree import AcceptanceModel
 
     counts = AcceptanceModel(prior_weight=0.0)
-    counts.trials[(0, 0, 0)], counts.hits[(0, 0, 0)] = 1000.0, 100.0   # well observed: 0.1
-    counts.trials[(0, 1, 0)], counts.hits[(0, 1, 0)] = 2.0, 2.0        # two hits only
+    counts.trials[(1, 0, 0)], counts.hits[(1, 0, 0)] = 1000.0, 100.0   # well observed: 0.1
+    counts.trials[(1, 1, 0)], counts.hits[(1, 1, 0)] = 2.0, 2.0        # two hits only
+    counts.trials[(0, 0, 0)], counts.hits[(0, 0, 0)] = 1000.0, 300.0   # successors: 0.3
     prior, lines = fitted(counts, strength=10.0)
-    assert prior[0][0][0] == pytest.approx((100 + 10 * 0.1) / 1010, abs=0.01)
+    assert prior[1][0][0] == pytest.approx((100 + 10 * 0.1) / 1010, abs=0.01)
     # few trials: pulled from 1.0 toward its smaller neighbour's 0.1
-    assert prior[0][1][0] == pytest.approx((2 + 10 * 0.1) / 12, abs=0.01)
+    assert prior[1][1][0] == pytest.approx((2 + 10 * 0.1) / 12, abs=0.01)
     # no trials at all: the largest smaller neighbour's rate
-    assert prior[0][0][1] == prior[0][0][0]
-    assert prior[1][1][0] == max(prior[0][1][0], prior[1][0][0])
-    assert len(prior) == 3 and all(len(s) == 3 and len(s[0]) == 5 for s in prior)
+    assert prior[1][0][1] == prior[1][0][0]
+    assert prior[2][1][0] == max(prior[1][1][0], prior[2][0][0])
+    # the successors' row is no smaller n-gram: 1-grams never borrow from
+    # it, and its empty buckets take the row's own pooled rate
+    assert prior[1][0][0] < 0.2
+    assert prior[0][2][4] == pytest.approx(0.3, abs=0.01)
+    assert len(prior) == 4 and all(len(s) == 3 and len(s[0]) == 5 for s in prior)
     assert any("observed" in line for line in lines)
