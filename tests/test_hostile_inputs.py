@@ -119,6 +119,44 @@ assert ix.tokens() == snapshot, ix.tokens()
 """)
 
 
+def test_propose_tree_arguments_that_change_the_index():
+    # every argument of propose_tree can run Python code (__index__, an eos
+    # list's items) that truncates, grows or refills the index it reads: the
+    # answer is the index as it is after the conversions, never a stale read
+    assert_child_ok(f"""
+import random
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from reference import propose_tree_reference
+rng = random.Random(5)
+class Hit:
+    def __init__(self, ix, action, value): self.ix, self.action, self.value = ix, action, value
+    def __index__(self):
+        a = self.action
+        if a == "empty": self.ix.truncate(0)
+        elif a == "shrink": self.ix.truncate(len(self.ix) // 2)
+        elif a == "grow": self.ix.extend([rng.randrange(4) for _ in range(5000)])
+        gc.collect()
+        return self.value
+for trial in range(60):
+    ix = pld.NgramIndex(3, 1, "recent", seed=trial)
+    ix.extend([rng.randrange(4) for _ in range(rng.randint(1, 300))])
+    action = rng.choice(["empty", "shrink", "grow"])
+    where = rng.choice(["depth", "per_ngram", "max_nodes", "eos"])
+    depth, per, nodes, eos = 5, 4, 64, None
+    if where == "depth": depth = Hit(ix, action, 5)
+    elif where == "per_ngram": per = Hit(ix, action, 4)
+    elif where == "max_nodes": nodes = Hit(ix, action, 64)
+    else: eos = [Hit(ix, action, 3)]
+    try:
+        got = ix.propose_tree(depth, per_ngram=per, max_nodes=nodes, eos_token_id=eos)
+    except ValueError as e:
+        assert "index" in str(e) or "empty" in str(e), e
+        continue
+    want = propose_tree_reference(ix.tokens(), 3, 1, "recent", 5, 4, 64, [3] if eos else [])
+    assert tuple(map(list, got)) == tuple(map(list, want)), (trial, action, where)
+""")
+
+
 def test_uniforms_mutated_by_float():
     assert_child_ok("""
 class Shrinker:
