@@ -13,10 +13,12 @@ For each stream (real tokenized text, random ids) and context length L:
                       pld's one-shot C scan on the same [1, L] tensor.
   pld.NgramIndex[first|recent|frequent]
                       step = propose(10) + extend(token) of one Python int.
-  pld.NgramIndex[recent].propose_tree
-                      step = propose_tree(10, per_ngram=4, max_nodes=64) +
-                      extend(token): the candidate trie of a token-tree
-                      step (pld.tree_decoder's defaults).
+  pld.NgramIndex[recent].propose_tree + 2 guesses
+                      step = propose_tree(10, per_ngram=4, max_nodes=64),
+                      then twice extend(guess) + propose_tree(9, ...) +
+                      truncate back, + extend(token): the candidate tries
+                      of a token-tree step with the model's successors
+                      (pld.tree_decoder's defaults: TreeDecoder.guess_ahead).
   pld.NgramIndex[first], out=buffer
                       step = propose(10, out=buffer) + extend(token): the
                       draft written into a NumPy int64 array (no list, no
@@ -80,7 +82,7 @@ M_IDX = "pld.NgramIndex[{}]"
 POLICIES = ("first", "recent", "frequent")
 IDX_FIRST = M_IDX.format("first")
 IDX_OUT = IDX_FIRST + ", out=buffer"
-M_TREE = "pld.NgramIndex[recent].propose_tree"
+M_TREE = "pld.NgramIndex[recent].propose_tree + 2 guesses"
 M_PREV = "compared build: NgramIndex[first]"
 M_PREV_OUT = M_PREV + ", out=buffer"
 
@@ -262,13 +264,24 @@ def _step_loop(ix, out) -> Callable[[List[int]], None]:
 
 
 class _TreeSteps:
-    """An index whose propose(k) is propose_tree(k, per_ngram=4,
-    max_nodes=64), the candidate trie a token-tree step asks for."""
+    """An index whose propose(k) is what a token-tree step asks of it:
+    propose_tree(k, per_ngram=4, max_nodes=64), then for each of two
+    guessed next tokens (``guesses``, ids of the text) the trie as if the
+    guess came next (extend, propose_tree(k - 1), truncate back)."""
 
-    def __init__(self, ix) -> None:
-        tree = ix.propose_tree
-        self.propose = lambda k: tree(k, 4, 64)
-        self.extend, self.truncate = ix.extend, ix.truncate
+    def __init__(self, ix, guesses) -> None:
+        tree, extend, truncate = ix.propose_tree, ix.extend, ix.truncate
+
+        def propose(k):
+            tree(k, 4, 64)
+            n = len(ix)
+            for g in guesses:
+                extend(g)
+                tree(k - 1, 4, 64)
+                truncate(n)
+
+        self.propose = propose
+        self.extend, self.truncate = extend, truncate
 
 
 class _NoOpIndex:
@@ -414,9 +427,10 @@ def criteria(results: Dict, sizes: Sequence[int]) -> List[Dict]:
         if tree:
             # a bounded walk (at most ~4 occurrences of each n-gram size): its
             # time grows only as the index leaves the caches, as every row's does
-            out.append({"stream": sname, "criterion": "propose_tree step <= 2 us at every L <= 1M",
+            # (three tries a step: about three times propose_tree's own time)
+            out.append({"stream": sname, "criterion": "propose_tree + 2 guesses step <= 6 us at every L <= 1M",
                         "value": f"{_fmt_us(tree[min(tree)])} us at L={_label(min(tree))}, max "
-                                 f"{_fmt_us(max(tree.values()))} us", "pass": max(tree.values()) <= 2})
+                                 f"{_fmt_us(max(tree.values()))} us", "pass": max(tree.values()) <= 6})
         c32 = str(32768)
         if c32 in first and c32 in t.get(M_TORCH, {}):
             r = t[M_TORCH][c32]["us"] / first[c32]["us"]
@@ -667,7 +681,7 @@ def run(args: argparse.Namespace) -> int:
             tree_ix.reserve(segment)
             group = dict(cidx)
             group[IDX_OUT] = into
-            group[M_TREE] = _TreeSteps(tree_ix)
+            group[M_TREE] = _TreeSteps(tree_ix, (int(toks[0]), int(toks[1])))
             group[M_DICT] = didx
             outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
             if compared is not None:

@@ -192,6 +192,11 @@ register("pld_dynamic_cache", "the pld default (native loop, CostGate) on transf
          "instead of pld.kv_cache's (what the cache gives)")(_loop(cache=_dynamic_cache, cost_aware=True))
 register("pld_tree", "native loop, token-tree drafts: several candidates a step under a width "
          "budget from the measured forward cost (same output)")(_loop(draft_tree=True, cost_aware=True))
+register("pld_tree_input", "native loop, token-tree drafts from the input only (no model "
+         "successors), under the width budget (same output)")(
+    _loop(draft_tree=True, tree_successors=False, cost_aware=True))
+register("pld_tree_w12", "native loop, token-tree drafts, no budget: the 12 likeliest nodes "
+         "every step (same output)")(_loop(draft_tree=True, cost_aware=False, tree_width=12))
 register("pld_linear", "native loop, one linear draft a step, the pld default's cost gate "
          "(same output)")(_loop(cost_aware=True))
 register("pld_clipped", "native loop, transformers' match rule: a match near the end proposes "

@@ -32,6 +32,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--num-pred-tokens", type=int, default=10)
     p.add_argument("--width", type=int, default=48, help="nodes verified a step (default 48)")
+    p.add_argument("--successors", action="store_true",
+                   help="also offer the model's remembered successors (tree_successors)")
+    p.add_argument("--scale-width", type=int, default=12,
+                   help="then decode the prompts again with the fitted prior, the likeliest "
+                   "--scale-width nodes a step, and report accepted per predicted node "
+                   "(PRIOR_SCALE; 0: skip)")
     p.add_argument("--strength", type=float, default=10.0,
                    help="trials a bucket's neighbours are worth in its fit (default 10)")
     p.add_argument("--model", default=None)
@@ -44,7 +50,8 @@ def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
 
     A bucket's rate is shrunk toward its neighbours' (the largest rate among
     the buckets one step smaller in n-gram size, support or depth: more of
-    each makes a node likelier, not less), worth ``strength`` trials, so
+    each makes a node likelier, not less; the model's successors, row 0,
+    whose support is a rank, shrink toward their row's pooled rate instead), worth ``strength`` trials, so
     buckets with few trials borrow from better-observed ones."""
     from pld import token_tree as tt
 
@@ -52,14 +59,20 @@ def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
     total_hits = sum(model.hits.values())
     total_trials = sum(model.trials.values())
     overall = total_hits / total_trials if total_trials else 0.5
+    row_trials = sum(v for b, v in model.trials.items() if b[0] == 0)
+    row0 = (sum(v for b, v in model.hits.items() if b[0] == 0) / row_trials) if row_trials else overall
     rates: Dict[Tuple[int, int, int], float] = {}
     lines = ["n-gram support depth  trials  observed  fitted"]
     for n in range(tt.NGRAM_BUCKETS):
         for s in range(tt.SUPPORT_BUCKETS):
             for d in range(depth_buckets):
                 trials, hits = model.trials[(n, s, d)], model.hits[(n, s, d)]
-                smaller = [rates[b] for b in ((n - 1, s, d), (n, s - 1, d), (n, s, d - 1)) if b in rates]
-                base = max(smaller) if smaller else overall
+                if n == 0:  # the successors: rank and depth make a node less likely
+                    base = row0
+                else:       # row 0 is no smaller n-gram
+                    below = ((n - 1, s, d),) if n > 1 else ()
+                    smaller = [rates[b] for b in below + ((n, s - 1, d), (n, s, d - 1)) if b in rates]
+                    base = max(smaller) if smaller else overall
                 rate = (hits + strength * base) / (trials + strength)
                 rates[(n, s, d)] = round(rate, 2)
                 observed = f"{hits / trials:.3f}" if trials else "   -"
@@ -99,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
                           draft_tree=True, tree_width=args.width,
+                          tree_successors=args.successors,
                           eos_token_id=model.generation_config.eos_token_id)
     bar = _progress(sum(len(p.turns[:1]) for p in prompts), disable=args.no_progress)
     for p in prompts:
@@ -120,4 +134,56 @@ def run(args: argparse.Namespace) -> int:
     for n in prior:
         print(f"    {n},")
     print(")")
+    if args.scale_width:
+        predicted, accepted, steps = _scale(model, tokenizer, prompts, config, prior, args)
+        print(f"# scale: {accepted} accepted for {predicted:.0f} predicted over {steps} steps "
+              f"(the {args.scale_width} likeliest nodes a step, the fitted prior)")
+        print(f"PRIOR_SCALE = {accepted / max(predicted, 1e-9):.2f}")
     return 0
+
+
+def _scale(model: Any, tokenizer: Any, prompts: list, config: Any, prior: tuple,
+           args: argparse.Namespace) -> Tuple[float, int, int]:
+    """(predicted, accepted, steps): the chosen nodes' summed reach under
+    ``prior`` (no scale) and the nodes accepted, over every drafted step
+    after the prefill, each step verifying the --scale-width likeliest
+    nodes."""
+    import torch
+
+    from pld import forward_cost
+    from pld.hf_adapter import TransformersAdapter
+    from pld.kv_cache import cache_for
+    from pld.token_tree import AcceptanceModel
+    from pld.tree_decoder import TreeDecoder
+
+    from .generation import chat_input_ids
+
+    totals = [0.0, 0, 0]
+
+    class Likeliest(TreeDecoder):
+        def propose_tree(self):
+            tree, chosen = super().propose_tree()
+            if chosen and self.model.cached:
+                reach = self.acceptance.reach(tree)
+                totals[0] += sum(reach[j] for j in chosen)
+                totals[2] += 1
+                self._counted = True
+            return tree, chosen
+
+        def _count(self, k, ngram, accepted, new, seconds):
+            super()._count(k, ngram, accepted, new, seconds)
+            if getattr(self, "_counted", False):
+                totals[1] += len(self._path)
+                self._counted = False
+
+    config = config.replace(tree_width=args.scale_width, cost_aware=False)
+    for p in prompts:
+        ids = chat_input_ids(tokenizer, list(p.turns[:1]), [])
+        adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + args.max_new_tokens + 64))
+        decoder = Likeliest(adapter, ids, config.with_model_eos(model))
+        decoder.acceptance = AcceptanceModel(prior=prior)
+        decoder.cost = forward_cost.ForwardCost([1, 2], [1.0, 1.0])
+        with torch.no_grad(), adapter.kernels():
+            while decoder.step():
+                pass
+    return totals[0], totals[1], totals[2]
