@@ -100,3 +100,27 @@ def test_batch_size_zero_is_refused(tmp_path):
 
     with pytest.raises(SystemExit, match="batch-size"):
         main(["--limit", "1", "--batch-size", "0", "--out", str(tmp_path), "--no-progress"])
+
+
+def test_tree_prior_fits_every_row_and_measures_the_scale(capsys):
+    """`python -m pld bench tree-prior` end to end on the embedded model
+    (built-in prompts, a few tokens): the PRIOR literal has the successors'
+    row and the three n-gram rows, and the scale pass prints PRIOR_SCALE."""
+    import ast
+    import re
+
+    from pld.bench.__main__ import main
+
+    argv = ["tree-prior", "--source", "builtin", "--tasks", "summarization,code", "--skip", "0",
+            "--limit", "1", "--max-new-tokens", "12", "--width", "8", "--successors",
+            "--scale-width", "4", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    literal = out[out.index("PRIOR = (") + len("PRIOR = "):out.index(")\n", out.index("PRIOR = (")) + 1]
+    prior = ast.literal_eval(literal)
+    assert len(prior) == 4 and all(len(s) == 3 and len(s[0]) == 5 for s in prior)
+    assert all(0.0 <= r <= 1.0 for n in prior for s in n for r in s)
+    trials = [int(line.split()[3]) for line in out.splitlines() if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+", line)]
+    assert len(trials) == 4 * 3 * 5 and sum(trials) > 0
+    scale = float(re.search(r"PRIOR_SCALE = ([0-9.]+)", out).group(1))
+    assert scale >= 0.0 and "predicted over" in out
