@@ -53,10 +53,11 @@ PRIOR = (
 PRIOR_WEIGHT = 4.0
 #: Accepted nodes a step per predicted accepted node (the sum of the chosen
 #: nodes' reach): the per-node rates treat a path's nodes as independent,
-#: but acceptance runs in streaks, so the sum underestimates. Measured as
-#: the PRIOR (prompts 41-46 a task, width 12): 763 accepted for 556
-#: predicted over 381 steps.
-PRIOR_SCALE = 1.35
+#: but acceptance runs in streaks, so the sum underestimates. Measured by
+#: the same tree-prior run (``--scale-width 12``: the 12 likeliest nodes a
+#: step under the fitted prior, prompts 41-80): 4,972 accepted for 3,637
+#: predicted over 2,754 steps.
+PRIOR_SCALE = 1.37
 #: How many predicted accepted nodes the prior scale is worth.
 SCALE_WEIGHT = 8.0
 #: A node is never given a probability above this (and siblings share at most 1).
