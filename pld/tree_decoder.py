@@ -103,9 +103,10 @@ class TreeDecoder(Decoder):
         tree = TokenTree.from_index(self.index, depth, self.config.tree_candidates, max_nodes,
                                     self._eos_list)
         if self.successors is not None:
-            tree = self.guess_ahead(tree, depth, max_nodes)
-            tree = graft(tree, int(self.buf.ids[0, self.cur - 1]), self.successors.successors,
-                         SUCCESSOR_SHAPE, depth, min(MAX_TREE_WIDTH, 4 * width), self._eos_list)
+            root = int(self.buf.ids[0, self.cur - 1])
+            tree = self.guess_ahead(tree, root, depth, max_nodes)
+            tree = graft(tree, root, self.successors.successors, SUCCESSOR_SHAPE, depth,
+                         min(MAX_TREE_WIDTH, 4 * width), self._eos_list)
         if not len(tree):
             return None, []
         pending = self.cur - self.model.cached
@@ -114,12 +115,12 @@ class TreeDecoder(Decoder):
         self._predicted = sum(reach[j] for j in chosen)
         return tree, chosen
 
-    def guess_ahead(self, tree: TokenTree, depth: int, max_nodes: int) -> TokenTree:
-        """The root's remembered successors that prompt lookup did not
-        propose, each followed by prompt lookup's candidates for the
-        sequence as if it came next (the index extended by it, then cut
-        back): a seam the input cannot predict, then a copy it can."""
-        root = int(self.buf.ids[0, self.cur - 1])
+    def guess_ahead(self, tree: TokenTree, root: int, depth: int, max_nodes: int) -> TokenTree:
+        """The root's (``root``: the sequence's last token) remembered
+        successors that prompt lookup did not propose, each followed by
+        prompt lookup's candidates for the sequence as if it came next (the
+        index extended by it, then cut back): a seam the input cannot
+        predict, then a copy it can."""
         have = {t for t, p in zip(tree.tokens, tree.parents) if p < 0}
         for rank, s in enumerate(self.successors.successors(root, ROOT_GUESSES), start=1):
             if s in have or s in self.eos or len(tree) >= max_nodes:
@@ -171,8 +172,11 @@ class TreeDecoder(Decoder):
             return
         if self.successors is None:
             self.successors = SuccessorTable(logits.shape[-1])
-        inputs = [int(self.buf.ids[0, self.cur - 1])] + [tree.tokens[j] for j in chosen]
-        self.successors.update(torch.tensor(inputs), logits)
+        # row 0's input is the sequence's last token (read where it lies: no sync)
+        inputs = self.buf.ids[0, self.cur - 1:self.cur].cpu()
+        if chosen:
+            inputs = torch.cat([inputs, torch.tensor([tree.tokens[j] for j in chosen])])
+        self.successors.update(inputs, logits)
 
     # -- verify ------------------------------------------------------------
     def verify_tree(self, tree: Optional[TokenTree], chosen: Sequence[int]) -> torch.Tensor:

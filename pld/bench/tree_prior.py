@@ -161,20 +161,12 @@ def _scale(model: Any, tokenizer: Any, prompts: list, config: Any, prior: tuple,
     totals = [0.0, 0, 0]
 
     class Likeliest(TreeDecoder):
-        def propose_tree(self):
-            tree, chosen = super().propose_tree()
-            if chosen and self.model.cached:
-                reach = self.acceptance.reach(tree)
-                totals[0] += sum(reach[j] for j in chosen)
-                totals[2] += 1
-                self._counted = True
-            return tree, chosen
-
         def _count(self, k, ngram, accepted, new, seconds):
             super()._count(k, ngram, accepted, new, seconds)
-            if getattr(self, "_counted", False):
+            if self._chosen and self.stats.steps > 1:  # step 1 carries the prompt
+                totals[0] += self._predicted  # the chosen nodes' reach, unscaled
                 totals[1] += len(self._path)
-                self._counted = False
+                totals[2] += 1
 
     config = config.replace(tree_width=args.scale_width, cost_aware=False)
     for p in prompts:
