@@ -314,6 +314,8 @@ def test_tree_options_are_validated():
         DecodeConfig(tree_candidates=17)
     with pytest.raises(TypeError, match="draft_tree"):
         DecodeConfig(draft_tree=1)
+    with pytest.raises(TypeError, match="tree_successors"):
+        DecodeConfig(tree_successors="yes")
 
 
 def test_tree_prior_fit_shrinks_toward_smaller_neighbours():

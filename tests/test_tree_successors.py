@@ -17,6 +17,7 @@ import pytest
 
 import models_fixtures as mf
 from models_fixtures import one_thread  # noqa: F401 - a fixture
+from test_tree_decoding import _tree_of
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -49,14 +50,6 @@ def test_successor_table_keeps_the_top_k_of_the_last_row_of_each_token():
         SuccessorTable(0)
 
 
-def _tree_of(tokens, parents, depths, ngrams=None, supports=None):
-    from pld.token_tree import TokenTree
-
-    n = len(tokens)
-    return TokenTree(list(tokens), list(parents), list(depths), list(ngrams or [2] * n),
-                     list(supports or [1] * n))
-
-
 def test_graft_adds_missing_successors_breadth_first_within_limits():
     from pld.token_tree import graft
 
@@ -65,7 +58,7 @@ def test_graft_adds_missing_successors_breadth_first_within_limits():
     def successors(token, count):
         return known.get(token, [])[:count]
 
-    tree = _tree_of([1, 9], [-1, 0], [1, 2])  # prompt lookup: 1 -> 9
+    tree = _tree_of([1, 9], [-1, 0], [1, 2], ngrams=[2, 2])  # prompt lookup: 1 -> 9
     out = graft(tree, 0, successors, shape=(3, 2, 1), max_depth=3, max_nodes=64, eos=(5,))
     assert out.tokens[:2] == [1, 9] and out.ngrams[:2] == [2, 2]  # the input's nodes first, kept
     nodes = {(out.parents[j], out.tokens[j]): j for j in range(len(out))}
@@ -93,7 +86,7 @@ def test_graft_adds_missing_successors_breadth_first_within_limits():
 def test_with_subtree_hangs_a_tree_under_a_new_root_child():
     from pld.token_tree import with_subtree
 
-    tree = _tree_of([1, 2], [-1, 0], [1, 2])
+    tree = _tree_of([1, 2], [-1, 0], [1, 2], ngrams=[2, 2])
     below = _tree_of([7, 8, 9], [-1, 0, -1], [1, 2, 1], ngrams=[3, 3, 1], supports=[2, 2, 1])
     out = with_subtree(tree, 5, 0, 1, below)
     assert out.tokens == [1, 2, 5, 7, 8, 9]
@@ -145,10 +138,15 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
         adapter, decoder = _decoder(model, ids, max_new_tokens=40, cost_aware=False, tree_width=16)
         with torch.no_grad(), adapter.kernels():
             while True:
+                before = decoder.cur
+                root = int(decoder.buf.ids[0, before - 1])
                 more = decoder.step()
                 assert len(decoder.index) == decoder.cur  # a guess leaves no token behind
-                if decoder._chosen:
-                    tree, chosen = decoder._tree, decoder._chosen
+                tree, chosen = decoder._tree, decoder._chosen
+                if not chosen or root not in [tree.tokens[j] for j in chosen]:
+                    # the root's row (argmax: the step's first new token) was remembered
+                    assert decoder.successors.successors(root, 1) == [int(decoder.buf.ids[0, before])]
+                if chosen:
                     verified += sum(tree.ngrams[j] == 0 for j in chosen)
                     accepted += sum(tree.ngrams[chosen[i]] == 0 for i in decoder._path)
                 if not more:
