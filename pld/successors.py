@@ -19,7 +19,7 @@ clock, no randomness), so seeded sampling repeats.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Sequence
 
 import torch
 
@@ -64,3 +64,20 @@ class SuccessorTable:
             return []
         out = self.table[token, :count].tolist()
         return [t for t in out if t >= 0]
+
+    def agreement(self, parents: Sequence[int], tokens: Sequence[int]) -> List[int]:
+        """For each (parent token, token) pair: 0 if ``token`` is the
+        parent's top remembered successor, 1 if another kept one, 2 if none
+        of them, 3 if nothing is remembered after the parent (the buckets
+        of pld.token_tree.AcceptanceModel)."""
+        if not len(tokens):
+            return []
+        parents_t = torch.tensor(list(parents), dtype=torch.long)
+        tokens_t = torch.tensor(list(tokens), dtype=torch.long)
+        known = (parents_t >= 0) & (parents_t < self.table.shape[0])
+        rows = self.table[parents_t.clamp(0, self.table.shape[0] - 1)]
+        rows[~known] = -1
+        hit = rows == tokens_t[:, None]
+        out = torch.where(hit[:, 0], 0, torch.where(hit.any(dim=1), 1, 2))
+        out[rows[:, 0] < 0] = 3
+        return out.tolist()

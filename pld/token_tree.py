@@ -5,9 +5,10 @@ continuations of the sequence into a trie. A step then
 
 1. scores each node with the estimated probability that the model accepts
    it given that its parent was accepted (:class:`AcceptanceModel`: learned
-   online within the generation, per n-gram size, support and depth, from
-   a prior), so the probability that a node is reached is the product
-   along its path;
+   online within the generation, per n-gram size, support, depth and
+   agreement with the model's remembered successors of its parent's
+   token, from a prior), so the probability that a node is reached is the
+   product along its path;
 2. picks the W nodes most likely to be reached -- an ancestor-closed set,
    since a child is never likelier than its parent -- with W maximising the
    expected tokens of the step per unit of forward cost, ``(1 + sum of the
@@ -31,23 +32,121 @@ import torch
 
 #: Buckets of the acceptance model: source 0 (the model's own successors,
 #: pld.successors; "support" is then the successor's rank 1, 2, 3+) or
-#: n-gram size 1, 2, 3+; support 1, 2, 3+; depth 1, 2, 3-4, 5-8, 9+.
+#: n-gram size 1, 2, 3+; support 1, 2, 3+; depth 1, 2, 3-4, 5-8, 9+; and
+#: the node's agreement with what the model last predicted after its
+#: parent's token (pld.successors.SuccessorTable.agreement): the top
+#: successor, another kept successor, none of them, or UNKNOWN (nothing
+#: remembered for that token, or no table: tree_successors=False). A
+#: prompt-lookup node the model also predicted is accepted several times
+#: as often as one it did not (on the held-out prompts the prior is fitted
+#: on: 1-grams at depth 1, 0.47 against 0.04).
 NGRAM_BUCKETS = 4
 SUPPORT_BUCKETS = 3
 DEPTH_EDGES = (1, 2, 4, 8)
+AGREEMENT_BUCKETS = 4
+TOP_SUCCESSOR, KEPT_SUCCESSOR, NOT_A_SUCCESSOR, UNKNOWN = range(AGREEMENT_BUCKETS)
 
 #: The prior: P(a node is accepted | its parent was) by [source / n-gram
-#: bucket][support or rank bucket][depth bucket]. Fitted on the embedded
+#: bucket][support or rank bucket][depth bucket][agreement bucket]
+#: (UNKNOWN's rate is the bucket's rate over every agreement). Fitted on the embedded
 #: model with ``python -m pld bench tree-prior --tasks summarization,rag
 #: --skip 40 --limit 40 --max-new-tokens 128 --successors --width 48
 #: --threads 1`` (Spec-Bench prompts 41-80 of each task, the first 48 nodes
 #: of every tree verified; pld/bench/tree_prior.py), so not on the prompts
 #: the reported runs use (the first 20 of each task).
 PRIOR = (
-    ((0.32, 0.24, 0.23, 0.13, 0.13), (0.07, 0.05, 0.05, 0.11, 0.11), (0.03, 0.11, 0.11, 0.11, 0.11)),
-    ((0.09, 0.25, 0.54, 0.75, 0.84), (0.27, 0.46, 0.71, 0.86, 0.95), (0.6, 0.8, 0.83, 0.91, 0.95)),
-    ((0.21, 0.38, 0.62, 0.77, 0.82), (0.36, 0.57, 0.83, 0.87, 0.84), (0.7, 0.83, 0.84, 0.92, 0.96)),
-    ((0.41, 0.65, 0.75, 0.82, 0.84), (0.7, 0.77, 0.93, 0.92, 0.91), (0.88, 0.97, 0.99, 0.99, 1.0)),
+    (  # successors: by support, depth, agreement
+        (
+            (0.32, 0.32, 0.32, 0.32),
+            (0.24, 0.24, 0.24, 0.24),
+            (0.23, 0.23, 0.23, 0.23),
+            (0.13, 0.13, 0.13, 0.13),
+            (0.13, 0.13, 0.13, 0.13),
+        ),
+        (
+            (0.07, 0.07, 0.07, 0.07),
+            (0.05, 0.05, 0.05, 0.05),
+            (0.05, 0.04, 0.05, 0.05),
+            (0.11, 0.11, 0.11, 0.11),
+            (0.11, 0.11, 0.11, 0.11),
+        ),
+        (
+            (0.03, 0.03, 0.03, 0.03),
+            (0.11, 0.11, 0.11, 0.11),
+            (0.11, 0.11, 0.11, 0.11),
+            (0.11, 0.11, 0.11, 0.11),
+            (0.11, 0.11, 0.11, 0.11),
+        ),
+    ),
+    (  # 1-grams: by support, depth, agreement
+        (
+            (0.35, 0.12, 0.03, 0.09),
+            (0.61, 0.21, 0.11, 0.25),
+            (0.81, 0.34, 0.33, 0.54),
+            (0.92, 0.55, 0.61, 0.75),
+            (0.98, 0.74, 0.74, 0.84),
+        ),
+        (
+            (0.53, 0.19, 0.08, 0.27),
+            (0.71, 0.21, 0.22, 0.46),
+            (0.87, 0.63, 0.51, 0.71),
+            (0.91, 0.79, 0.84, 0.86),
+            (0.97, 0.96, 0.97, 0.95),
+        ),
+        (
+            (0.73, 0.37, 0.31, 0.6),
+            (0.86, 0.79, 0.72, 0.8),
+            (0.92, 0.64, 0.8, 0.83),
+            (0.93, 0.91, 0.93, 0.91),
+            (0.95, 0.95, 0.95, 0.95),
+        ),
+    ),
+    (  # 2-grams: by support, depth, agreement
+        (
+            (0.63, 0.18, 0.09, 0.21),
+            (0.68, 0.26, 0.21, 0.38),
+            (0.85, 0.54, 0.49, 0.62),
+            (0.91, 0.76, 0.59, 0.77),
+            (0.86, 0.76, 0.8, 0.82),
+        ),
+        (
+            (0.63, 0.3, 0.14, 0.36),
+            (0.75, 0.49, 0.35, 0.57),
+            (0.91, 0.86, 0.77, 0.83),
+            (0.95, 0.9, 0.76, 0.87),
+            (0.89, 0.76, 0.76, 0.84),
+        ),
+        (
+            (0.83, 0.5, 0.5, 0.7),
+            (0.89, 0.8, 0.75, 0.83),
+            (0.85, 0.76, 0.85, 0.84),
+            (0.92, 0.94, 0.92, 0.92),
+            (0.97, 0.96, 0.96, 0.96),
+        ),
+    ),
+    (  # 3-grams: by support, depth, agreement
+        (
+            (0.74, 0.3, 0.29, 0.41),
+            (0.84, 0.56, 0.55, 0.65),
+            (0.9, 0.7, 0.64, 0.75),
+            (0.96, 0.71, 0.7, 0.82),
+            (0.91, 0.79, 0.78, 0.84),
+        ),
+        (
+            (0.82, 0.57, 0.6, 0.7),
+            (0.92, 0.57, 0.72, 0.77),
+            (0.99, 0.9, 0.87, 0.93),
+            (0.97, 0.96, 0.82, 0.92),
+            (0.95, 0.86, 0.9, 0.91),
+        ),
+        (
+            (0.94, 0.78, 0.83, 0.88),
+            (0.99, 0.9, 0.98, 0.97),
+            (1.0, 0.99, 0.96, 0.99),
+            (1.0, 0.95, 1.0, 0.99),
+            (1.0, 1.0, 1.0, 1.0),
+        ),
+    ),
 )
 #: How many observations the prior is worth in each bucket.
 PRIOR_WEIGHT = 4.0
@@ -55,9 +154,9 @@ PRIOR_WEIGHT = 4.0
 #: nodes' reach): the per-node rates treat a path's nodes as independent,
 #: but acceptance runs in streaks, so the sum underestimates. Measured by
 #: the same tree-prior run (``--scale-width 12``: the 12 likeliest nodes a
-#: step under the fitted prior, prompts 41-80): 4,972 accepted for 3,637
-#: predicted over 2,754 steps.
-PRIOR_SCALE = 1.37
+#: step under the fitted prior, prompts 41-80): 5,043 accepted for 3,938
+#: predicted over 2,698 steps.
+PRIOR_SCALE = 1.28
 #: How many predicted accepted nodes the prior scale is worth.
 SCALE_WEIGHT = 8.0
 #: A node is never given a probability above this (and siblings share at most 1).
@@ -74,6 +173,8 @@ class TokenTree:
     depths: List[int]
     ngrams: List[int]
     supports: List[int]
+    #: per node, its agreement bucket (TOP_SUCCESSOR ... UNKNOWN); None: all UNKNOWN
+    agreement: Optional[List[int]] = None
 
     @classmethod
     def from_index(cls, index, depth: int, per_ngram: int, max_nodes: int,
@@ -134,11 +235,12 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
     return out
 
 
-def _bucket(ngram: int, support: int, depth: int) -> Tuple[int, int, int]:
+def _bucket(ngram: int, support: int, depth: int, agreement: int = UNKNOWN
+            ) -> Tuple[int, int, int, int]:
     d = 0
     while d < len(DEPTH_EDGES) and depth > DEPTH_EDGES[d]:
         d += 1
-    return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d)
+    return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d, agreement)
 
 
 class AcceptanceModel:
@@ -146,13 +248,15 @@ class AcceptanceModel:
     starts from the prior, worth :data:`PRIOR_WEIGHT` observations."""
 
     def __init__(self, prior_weight: float = PRIOR_WEIGHT, prior=PRIOR) -> None:
-        self.hits: Dict[Tuple[int, int, int], float] = {}
-        self.trials: Dict[Tuple[int, int, int], float] = {}
+        self.hits: Dict[Tuple[int, int, int, int], float] = {}
+        self.trials: Dict[Tuple[int, int, int, int], float] = {}
         for n in range(NGRAM_BUCKETS):
             for s in range(SUPPORT_BUCKETS):
                 for d in range(len(DEPTH_EDGES) + 1):
-                    self.hits[(n, s, d)] = min(MAX_PROBABILITY, prior[n][s][d]) * prior_weight
-                    self.trials[(n, s, d)] = prior_weight
+                    for a in range(AGREEMENT_BUCKETS):
+                        b = (n, s, d, a)
+                        self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
+                        self.trials[b] = prior_weight
 
         self.predicted = SCALE_WEIGHT
         self.accepted = SCALE_WEIGHT * PRIOR_SCALE
@@ -168,15 +272,16 @@ class AcceptanceModel:
         k = self.scale
         return [min(MAX_PROBABILITY, r * k) for r in reach]
 
-    def rate(self, ngram: int, support: int, depth: int) -> float:
-        b = _bucket(ngram, support, depth)
+    def rate(self, ngram: int, support: int, depth: int, agreement: int = UNKNOWN) -> float:
+        b = _bucket(ngram, support, depth, agreement)
         return min(MAX_PROBABILITY, self.hits[b] / self.trials[b]) if self.trials[b] else 0.5
 
 
     def reach(self, tree: TokenTree) -> List[float]:
         """P(node reached) for every node: the product of the rates along
         its path, siblings scaled to share at most 1."""
-        q = [self.rate(n, s, d) for n, s, d in zip(tree.ngrams, tree.supports, tree.depths)]
+        q = [self.rate(n, s, d, a) for n, s, d, a in zip(tree.ngrams, tree.supports, tree.depths,
+                                                           _agreement(tree))]
         total: Dict[int, float] = {}
         for j, parent in enumerate(tree.parents):
             total[parent] = total.get(parent, 0.0) + q[j]
@@ -197,12 +302,17 @@ class AcceptanceModel:
             self.accepted += len(path)
         reached = {-1, *path}
         on_path = set(path)
+        agreement = _agreement(tree)
         for j in chosen:
             if tree.parents[j] in reached:
-                b = _bucket(tree.ngrams[j], tree.supports[j], tree.depths[j])
+                b = _bucket(tree.ngrams[j], tree.supports[j], tree.depths[j], agreement[j])
                 self.trials[b] += 1.0
                 if j in on_path:
                     self.hits[b] += 1.0
+
+
+def _agreement(tree: TokenTree) -> Sequence[int]:
+    return tree.agreement if tree.agreement is not None else [UNKNOWN] * len(tree.tokens)
 
 
 def choose(reach: Sequence[float], cost, pending: int, max_width: int) -> List[int]:

@@ -107,6 +107,8 @@ class TreeDecoder(Decoder):
             tree = self.guess_ahead(tree, root, depth, max_nodes)
             tree = graft(tree, root, self.successors.successors, SUCCESSOR_SHAPE, depth,
                          min(MAX_TREE_WIDTH, 4 * width), self._eos_list)
+            tree.agreement = self.successors.agreement(
+                [root if p < 0 else tree.tokens[p] for p in tree.parents], tree.tokens)
         if not len(tree):
             return None, []
         pending = self.cur - self.model.cached

@@ -105,7 +105,8 @@ def test_batch_size_zero_is_refused(tmp_path):
 def test_tree_prior_fits_every_row_and_measures_the_scale(capsys):
     """`python -m pld bench tree-prior` end to end on the embedded model
     (built-in prompts, a few tokens): the PRIOR literal has the successors'
-    row and the three n-gram rows, and the scale pass prints PRIOR_SCALE."""
+    row and the three n-gram rows, each by agreement with the model's
+    successors, and the scale pass prints PRIOR_SCALE."""
     import ast
     import re
 
@@ -118,9 +119,13 @@ def test_tree_prior_fits_every_row_and_measures_the_scale(capsys):
     out = capsys.readouterr().out
     literal = out[out.index("PRIOR = (") + len("PRIOR = "):out.index(")\n", out.index("PRIOR = (")) + 1]
     prior = ast.literal_eval(literal)
-    assert len(prior) == 4 and all(len(s) == 3 and len(s[0]) == 5 for s in prior)
-    assert all(0.0 <= r <= 1.0 for n in prior for s in n for r in s)
-    trials = [int(line.split()[3]) for line in out.splitlines() if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+", line)]
-    assert len(trials) == 4 * 3 * 5 and sum(trials) > 0
+    assert len(prior) == 4 and all(len(s) == 3 and len(s[0]) == 5 and len(s[0][0]) == 4
+                                   for s in prior)
+    assert all(0.0 <= r <= 1.0 for n in prior for s in n for d in s for r in d)
+    rows = [line.split() for line in out.splitlines()
+            if re.match(r"\s+\d+\s+\d+\s+\d+\s+\d+\s+\d+", line)]
+    assert len(rows) == 4 * 3 * 5 * 4 and sum(int(r[4]) for r in rows) > 0
+    # the successors were on, so some trials knew the model's successors
+    assert sum(int(r[4]) for r in rows if r[3] != "4") > 0
     scale = float(re.search(r"PRIOR_SCALE = ([0-9.]+)", out).group(1))
     assert scale >= 0.0 and "predicted over" in out

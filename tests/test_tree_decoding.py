@@ -237,19 +237,41 @@ def test_choose_is_ancestor_closed_and_follows_the_cost():
 
 
 def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
-    from pld.token_tree import AcceptanceModel
+    from pld.token_tree import UNKNOWN, AcceptanceModel
 
     tree = _tree_of([5, 6, 7, 8], [-1, 0, 0, -1], [1, 2, 2, 1], ngrams=[3, 3, 3, 3],
                     supports=[3, 3, 3, 3])
-    prior = tuple(tuple((0.9,) * 5 for _ in range(3)) for _ in range(4))
+    prior = tuple(tuple(((0.9,) * 4,) * 5 for _ in range(3)) for _ in range(4))
     model = AcceptanceModel(prior=prior)
     reach = model.reach(tree)
     assert reach[0] + reach[3] == pytest.approx(1.0)  # two root children at 0.9 each: scaled
     assert reach[1] == pytest.approx(reach[0] * 0.5)
     model.update(tree, [0, 1, 2, 3], [0, 2])  # root children and 0's children were trials
-    assert model.trials[(3, 2, 0)] == pytest.approx(4.0 + 2)
-    assert model.hits[(3, 2, 0)] == pytest.approx(0.9 * 4 + 1)
-    assert model.hits[(3, 2, 1)] == pytest.approx(0.9 * 4 + 1)
+    assert model.trials[(3, 2, 0, UNKNOWN)] == pytest.approx(4.0 + 2)
+    assert model.hits[(3, 2, 0, UNKNOWN)] == pytest.approx(0.9 * 4 + 1)
+    assert model.hits[(3, 2, 1, UNKNOWN)] == pytest.approx(0.9 * 4 + 1)
+
+
+def test_agreement_picks_the_bucket_a_node_is_scored_and_counted_in():
+    """A node the model's successors agree with is scored by its
+    agreement's rate, and counted there."""
+    from pld.token_tree import (KEPT_SUCCESSOR, NOT_A_SUCCESSOR, TOP_SUCCESSOR, UNKNOWN,
+                                AcceptanceModel)
+
+    rates = {TOP_SUCCESSOR: 0.8, KEPT_SUCCESSOR: 0.4, NOT_A_SUCCESSOR: 0.1, UNKNOWN: 0.3}
+    prior = tuple(tuple((tuple(rates[a] for a in range(4)),) * 5 for _ in range(3))
+                  for _ in range(4))
+    model = AcceptanceModel(prior=prior)
+    tree = _tree_of([5, 6, 7], [-1, 0, -1], [1, 2, 1], ngrams=[1, 1, 2], supports=[1, 1, 1])
+    assert model.reach(tree) == pytest.approx([0.3, 0.09, 0.3])  # no agreement known
+    tree.agreement = [TOP_SUCCESSOR, NOT_A_SUCCESSOR, KEPT_SUCCESSOR]
+    assert model.reach(tree) == pytest.approx([0.8 / 1.2, 0.8 / 1.2 * 0.1, 0.4 / 1.2])
+    model.update(tree, [0, 1, 2], [0])
+    assert model.hits[(1, 0, 0, TOP_SUCCESSOR)] == pytest.approx(0.8 * 4 + 1)
+    assert model.trials[(1, 0, 1, NOT_A_SUCCESSOR)] == pytest.approx(4 + 1)
+    assert model.hits[(1, 0, 1, NOT_A_SUCCESSOR)] == pytest.approx(0.1 * 4)
+    assert model.trials[(2, 0, 0, KEPT_SUCCESSOR)] == pytest.approx(4 + 1)
+    assert model.trials[(1, 0, 0, UNKNOWN)] == pytest.approx(4)  # untouched
 
 
 def test_attention_mask_sees_context_ancestors_and_self():
@@ -320,22 +342,40 @@ def test_tree_options_are_validated():
 
 def test_tree_prior_fit_shrinks_toward_smaller_neighbours():
     from pld.bench.tree_prior import fitted
+    from pld.token_tree import UNKNOWN as U
     from pld.token_tree import AcceptanceModel
 
     counts = AcceptanceModel(prior_weight=0.0)
-    counts.trials[(1, 0, 0)], counts.hits[(1, 0, 0)] = 1000.0, 100.0   # well observed: 0.1
-    counts.trials[(1, 1, 0)], counts.hits[(1, 1, 0)] = 2.0, 2.0        # two hits only
-    counts.trials[(0, 0, 0)], counts.hits[(0, 0, 0)] = 1000.0, 300.0   # successors: 0.3
+    counts.trials[(1, 0, 0, U)], counts.hits[(1, 0, 0, U)] = 1000.0, 100.0   # well observed: 0.1
+    counts.trials[(1, 1, 0, U)], counts.hits[(1, 1, 0, U)] = 2.0, 2.0        # two hits only
+    counts.trials[(0, 0, 0, U)], counts.hits[(0, 0, 0, U)] = 1000.0, 300.0   # successors: 0.3
     prior, lines = fitted(counts, strength=10.0)
-    assert prior[1][0][0] == pytest.approx((100 + 10 * 0.1) / 1010, abs=0.01)
+    assert prior[1][0][0][U] == pytest.approx((100 + 10 * 0.1) / 1010, abs=0.01)
     # few trials: pulled from 1.0 toward its smaller neighbour's 0.1
-    assert prior[1][1][0] == pytest.approx((2 + 10 * 0.1) / 12, abs=0.01)
+    assert prior[1][1][0][U] == pytest.approx((2 + 10 * 0.1) / 12, abs=0.01)
     # no trials at all: the largest smaller neighbour's rate
-    assert prior[1][0][1] == prior[1][0][0]
-    assert prior[2][1][0] == max(prior[1][1][0], prior[2][0][0])
+    assert prior[1][0][1][U] == prior[1][0][0][U]
+    assert prior[2][1][0][U] == max(prior[1][1][0][U], prior[2][0][0][U])
     # the successors' row is no smaller n-gram: 1-grams never borrow from
     # it, and its empty buckets take the row's own pooled rate
-    assert prior[1][0][0] < 0.2
-    assert prior[0][2][4] == pytest.approx(0.3, abs=0.01)
-    assert len(prior) == 4 and all(len(s) == 3 and len(s[0]) == 5 for s in prior)
+    assert prior[1][0][0][U] < 0.2
+    assert prior[0][2][4][U] == pytest.approx(0.3, abs=0.01)
+    assert len(prior) == 4 and all(len(s) == 3 and len(s[0]) == 5 and len(s[0][0]) == 4
+                                   for s in prior)
     assert any("observed" in line for line in lines)
+
+
+def test_tree_prior_fit_pools_agreements_then_shrinks_each_toward_the_pool():
+    from pld.bench.tree_prior import fitted
+    from pld.token_tree import NOT_A_SUCCESSOR, TOP_SUCCESSOR, UNKNOWN, AcceptanceModel
+
+    counts = AcceptanceModel(prior_weight=0.0)
+    counts.trials[(1, 0, 0, TOP_SUCCESSOR)], counts.hits[(1, 0, 0, TOP_SUCCESSOR)] = 100.0, 80.0
+    counts.trials[(1, 0, 0, NOT_A_SUCCESSOR)], counts.hits[(1, 0, 0, NOT_A_SUCCESSOR)] = 900.0, 20.0
+    prior, _ = fitted(counts, strength=10.0)
+    pool = (100 + 10 * 0.1) / 1010  # 100 hits in 1000 trials, shrunk toward the overall 0.1
+    row = prior[1][0][0]
+    assert row[UNKNOWN] == pytest.approx(pool, abs=0.01)
+    assert row[TOP_SUCCESSOR] == pytest.approx((80 + 10 * pool) / 110, abs=0.01)
+    assert row[NOT_A_SUCCESSOR] == pytest.approx((20 + 10 * pool) / 910, abs=0.01)
+    assert row[1] == pytest.approx(pool, abs=0.01)  # no trials: the pool's

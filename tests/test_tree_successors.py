@@ -50,6 +50,32 @@ def test_successor_table_keeps_the_top_k_of_the_last_row_of_each_token():
         SuccessorTable(0)
 
 
+def _agreement_of(table, parent, token):
+    """Plain Python: 0 the top successor, 1 another kept one, 2 none of
+    them, 3 nothing remembered after ``parent``."""
+    row = table[parent].tolist() if 0 <= parent < table.shape[0] else [-1]
+    if row[0] < 0:
+        return 3
+    return 0 if row[0] == token else 1 if token in row else 2
+
+
+def test_agreement_matches_a_plain_python_reading_of_the_table():
+    import torch
+
+    from pld.successors import SuccessorTable
+
+    rng = random.Random("agreement")
+    table = SuccessorTable(7, k=3)
+    for _ in range(30):
+        n = rng.randint(0, 4)
+        inputs = torch.tensor([rng.randrange(-1, 9) for _ in range(n)], dtype=torch.long)
+        table.update(inputs, torch.randn(n, rng.choice([5, 7, 9])))
+        parents = [rng.randrange(-2, 9) for _ in range(rng.randint(0, 12))]
+        tokens = [rng.randrange(0, 9) for _ in parents]
+        assert table.agreement(parents, tokens) == [
+            _agreement_of(table.table, p, t) for p, t in zip(parents, tokens)]
+
+
 def test_graft_adds_missing_successors_breadth_first_within_limits():
     from pld.token_tree import graft
 
@@ -140,12 +166,18 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
             while True:
                 before = decoder.cur
                 root = int(decoder.buf.ids[0, before - 1])
+                table = decoder.successors.table.clone() if decoder.successors else None
                 more = decoder.step()
                 assert len(decoder.index) == decoder.cur  # a guess leaves no token behind
                 tree, chosen = decoder._tree, decoder._chosen
                 if not chosen or root not in [tree.tokens[j] for j in chosen]:
                     # the root's row (argmax: the step's first new token) was remembered
                     assert decoder.successors.successors(root, 1) == [int(decoder.buf.ids[0, before])]
+                if chosen and table is not None:
+                    # each node's agreement is the table's as the step proposed
+                    assert tree.agreement == [
+                        _agreement_of(table, root if p < 0 else tree.tokens[p], t)
+                        for p, t in zip(tree.parents, tree.tokens)]
                 if chosen:
                     verified += sum(tree.ngrams[j] == 0 for j in chosen)
                     accepted += sum(tree.ngrams[chosen[i]] == 0 for i in decoder._path)

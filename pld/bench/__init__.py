@@ -13,7 +13,8 @@ Subcommands (see ``python -m pld bench --help``):
            OwnedCache at a few context lengths.
   tree-prior
            fits pld.token_tree.PRIOR (acceptance of tree nodes by n-gram
-           size, support and depth) on held-out prompts.
+           size, support, depth and agreement with the model's
+           successors) on held-out prompts.
   generation
            the speedup tables: tokens/s of greedy, transformers' prompt
            lookup and pld per task (summarization, RAG, two-turn chat,

@@ -8,9 +8,10 @@ Every prompt is decoded with token-tree drafts whose width budget is off
 (every node the index proposes is verified, up to --width), so
 every kind of node is tried, not only those the prior favours. For every
 verified node whose parent was accepted, the bucket (n-gram size, support,
-depth) counts a trial, and a hit if the model accepted it. The rates print
-as a table and as the PRIOR literal, each bucket shrunk toward its
-smaller neighbours (see :func:`fitted`). The generation bench's reported runs use the first
+depth, agreement with the model's successors) counts a trial, and a hit if
+the model accepted it. The rates print as a table and as the PRIOR
+literal, each bucket shrunk toward its smaller neighbours and each
+agreement toward its bucket's pooled rate (see :func:`fitted`). The generation bench's reported runs use the first
 prompts of each task (--skip 0), so fit with --skip at least their --limit.
 """
 from __future__ import annotations
@@ -48,25 +49,35 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
     """(PRIOR literal, table lines) from an AcceptanceModel's raw counts.
 
-    A bucket's rate is shrunk toward its neighbours' (the largest rate among
-    the buckets one step smaller in n-gram size, support or depth: more of
+    First each (source or n-gram, support, depth) bucket's rate over every
+    agreement is shrunk toward its neighbours' (the largest rate among the
+    buckets one step smaller in n-gram size, support or depth: more of
     each makes a node likelier, not less; the model's successors, row 0,
-    whose support is a rank, shrink toward their row's pooled rate instead), worth ``strength`` trials, so
-    buckets with few trials borrow from better-observed ones."""
+    whose support is a rank, shrink toward their row's pooled rate instead),
+    worth ``strength`` trials, so buckets with few trials borrow from
+    better-observed ones. That pooled rate is the UNKNOWN agreement's; each
+    known agreement's rate is then its own counts shrunk toward it, worth
+    ``strength`` trials again."""
     from pld import token_tree as tt
 
     depth_buckets = len(tt.DEPTH_EDGES) + 1
+    agreements = range(tt.AGREEMENT_BUCKETS)
+
+    def pooled(counts: Dict, n: int, s: int, d: int) -> float:
+        return sum(counts[(n, s, d, a)] for a in agreements)
+
     total_hits = sum(model.hits.values())
     total_trials = sum(model.trials.values())
     overall = total_hits / total_trials if total_trials else 0.5
     row_trials = sum(v for b, v in model.trials.items() if b[0] == 0)
     row0 = (sum(v for b, v in model.hits.items() if b[0] == 0) / row_trials) if row_trials else overall
     rates: Dict[Tuple[int, int, int], float] = {}
-    lines = ["n-gram support depth  trials  observed  fitted"]
+    out: Dict[Tuple[int, int, int, int], float] = {}
+    lines = ["n-gram support depth agreement  trials  observed  fitted"]
     for n in range(tt.NGRAM_BUCKETS):
         for s in range(tt.SUPPORT_BUCKETS):
             for d in range(depth_buckets):
-                trials, hits = model.trials[(n, s, d)], model.hits[(n, s, d)]
+                trials, hits = pooled(model.trials, n, s, d), pooled(model.hits, n, s, d)
                 if n == 0:  # the successors: rank and depth make a node less likely
                     base = row0
                 else:       # row 0 is no smaller n-gram
@@ -74,12 +85,34 @@ def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
                     smaller = [rates[b] for b in below + ((n, s - 1, d), (n, s, d - 1)) if b in rates]
                     base = max(smaller) if smaller else overall
                 rate = (hits + strength * base) / (trials + strength)
-                rates[(n, s, d)] = round(rate, 2)
-                observed = f"{hits / trials:.3f}" if trials else "   -"
-                lines.append(f"{n + 1:>6} {s + 1:>7} {d + 1:>5} {int(trials):>7}  {observed:>8}  {rate:.3f}")
-    prior = tuple(tuple(tuple(rates[(n, s, d)] for d in range(depth_buckets))
+                rates[(n, s, d)] = rate
+                for a in agreements:
+                    b = (n, s, d, a)
+                    t, h = model.trials[b], model.hits[b]
+                    out[b] = round(rate if a == tt.UNKNOWN else (h + strength * rate) / (t + strength), 2)
+                    observed = f"{h / t:.3f}" if t else "   -"
+                    lines.append(f"{n + 1:>6} {s + 1:>7} {d + 1:>5} {a + 1:>9} {int(t):>7}  "
+                                 f"{observed:>8}  {out[b]:.3f}")
+    prior = tuple(tuple(tuple(tuple(out[(n, s, d, a)] for a in agreements)
+                              for d in range(depth_buckets))
                         for s in range(tt.SUPPORT_BUCKETS)) for n in range(tt.NGRAM_BUCKETS))
     return prior, lines
+
+
+def prior_literal(prior: tuple) -> str:
+    """``PRIOR = (...)`` as pld/token_tree.py writes it: a block per source
+    or n-gram bucket, one per support bucket, a line per depth bucket
+    (its rates by agreement)."""
+    lines = ["PRIOR = ("]
+    for n, supports in enumerate(prior):
+        lines.append(f"    (  # {'successors' if n == 0 else f'{n}-grams'}: by support, depth, agreement")
+        for depths in supports:
+            lines.append("        (")
+            lines.extend(f"            {rates}," for rates in depths)
+            lines.append("        ),")
+        lines.append("    ),")
+    lines.append(")")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,10 +163,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"# {len(prompts)} prompts: tasks {tasks}, skip {args.skip}, limit {args.limit}, "
           f"{args.max_new_tokens} new tokens, width {args.width}")
     print("\n".join(lines))
-    print("PRIOR = (")
-    for n in prior:
-        print(f"    {n},")
-    print(")")
+    print(prior_literal(prior))
     if args.scale_width:
         predicted, accepted, steps = _scale(model, tokenizer, prompts, config, prior, args)
         print(f"# scale: {accepted} accepted for {predicted:.0f} predicted over {steps} steps "
