@@ -20,8 +20,10 @@ import time
 import weakref
 from typing import Any, Callable, Dict, Sequence, Tuple
 
-#: Widths (new tokens a forward) the calibration times.
-WIDTHS = (1, 2, 4, 8, 16, 32, 64)
+#: Widths (new tokens a forward) the calibration times (a caller adds its
+#: widest). Few, since each is timed on the model itself: c is nearly
+#: linear between them.
+WIDTHS = (1, 2, 8, 16, 32, 64)
 #: Timings per width; the fastest one counts (noise only ever adds time).
 REPEATS = 2
 
@@ -68,15 +70,19 @@ class ForwardCost:
 
 
 def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
-            repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter) -> ForwardCost:
+            repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
+            warm_up: bool = True) -> ForwardCost:
     """Time ``forward(w)`` (a forward over w new tokens that leaves the
     model's state as it found it) ``repeats`` times at each width, widths
-    interleaved, and keep each width's fastest time."""
+    interleaved, and keep each width's fastest time. ``warm_up`` first
+    runs the widest once, untimed, to pay for allocations (no need when the
+    model has just run a forward at least as wide)."""
     global _calibrating
     best = [float("inf")] * len(widths)
     _calibrating += 1
     try:
-        forward(widths[-1])  # the first call pays for allocations, not counted
+        if warm_up:
+            forward(widths[-1])
         for _ in range(repeats):
             for j, w in enumerate(widths):
                 t0 = clock()
@@ -110,16 +116,16 @@ def size_class(context: int) -> int:
 
 
 def cached_or_measure(model: Any, key: Tuple, forward: Callable[[int], Any],
-                      widths: Sequence[int] = WIDTHS) -> ForwardCost:
+                      widths: Sequence[int] = WIDTHS, warm_up: bool = True) -> ForwardCost:
     """The model's table for ``key`` (its context size class, dtype, device,
     kernels...), measured with ``forward`` the first time it is asked for."""
     try:
         tables = _TABLES.setdefault(model, {})
     except TypeError:  # a model that cannot be weakly referenced: measure every time
-        return measure(forward, widths)
+        return measure(forward, widths, warm_up=warm_up)
     table = tables.get(key)
     if table is None:
-        table = tables[key] = measure(forward, widths)
+        table = tables[key] = measure(forward, widths, warm_up=warm_up)
     return table
 
 

@@ -146,11 +146,9 @@ class TreeDecoder(Decoder):
         pending = cur - a
         dtype = _model_dtype(adapter.model)
         top = min(MAX_TREE_WIDTH, self.config.tree_width) + pending
-        widths = [w for w in forward_cost.WIDTHS if pending <= w <= top]
+        widths = [w for w in forward_cost.WIDTHS if pending <= w < top] + [top]
         if widths[0] != 1:
             widths = [1] + widths
-        if widths[-1] < top:
-            widths.append(top)
 
         def probe(w: int) -> None:
             nodes = max(w - pending, 0)
@@ -166,7 +164,10 @@ class TreeDecoder(Decoder):
         key = (forward_cost.size_class(cur), str(dtype), buf.ids.device.type,
                self.config.linear_kernel, pending)
         with torch.no_grad():
-            return forward_cost.cached_or_measure(adapter.model, key, probe, widths)
+            # the prefill was a forward over the prompt: if it was as wide as
+            # the widest probe, the allocations are made
+            return forward_cost.cached_or_measure(adapter.model, key, probe, widths,
+                                                  warm_up=buf.prompt_len < top)
 
     def remember(self, tree: Optional[TokenTree], chosen: Sequence[int], logits: torch.Tensor) -> None:
         """Keep each verified row's likeliest successors (tree_successors)."""

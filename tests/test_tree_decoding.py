@@ -322,6 +322,9 @@ def test_forward_cost_table():
     calls = []
     table = measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks))
     assert calls == [4, 1, 2, 4, 1, 2, 4] and table.costs == (1.0, 1.0, 1.0)
+    calls.clear()
+    measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks), warm_up=False)
+    assert calls == [1, 2, 4, 1, 2, 4]  # no untimed first call
     assert [size_class(n) for n in (0, 255, 256, 1023, 1024, 5000)] == [0, 0, 1, 1, 2, 3]
 
 
