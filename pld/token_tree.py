@@ -33,18 +33,18 @@ import torch
 #: Buckets of the acceptance model: source 0 (the model's own successors,
 #: pld.successors; "support" is then the successor's rank 1, 2, 3+) or
 #: n-gram size 1, 2, 3+; support 1, 2, 3+; depth 1, 2, 3-4, 5-8, 9+; and
-#: the node's agreement with what the model last predicted after its
-#: parent's token (pld.successors.SuccessorTable.agreement): the top
-#: successor, another kept successor, none of them, or UNKNOWN (nothing
-#: remembered for that token, or no table: tree_successors=False). A
-#: prompt-lookup node the model also predicted is accepted several times
-#: as often as one it did not (on the held-out prompts the prior is fitted
-#: on: 1-grams at depth 1, 0.47 against 0.04).
+#: the node's agreement with what the model last predicted after the
+#: tokens before it (pld.successors.SuccessorTable.agreement): PAIR_AGREES
+#: (the prediction after its grandparent and parent tokens is this node),
+#: TOKEN_AGREES (no such pair seen; the prediction after its parent token
+#: is), DISAGREES, or UNKNOWN (nothing remembered after its parent, or no
+#: table: tree_successors=False). A prompt-lookup node the model also
+#: predicted is accepted several times as often as one it did not.
 NGRAM_BUCKETS = 4
 SUPPORT_BUCKETS = 3
 DEPTH_EDGES = (1, 2, 4, 8)
 AGREEMENT_BUCKETS = 4
-TOP_SUCCESSOR, KEPT_SUCCESSOR, NOT_A_SUCCESSOR, UNKNOWN = range(AGREEMENT_BUCKETS)
+PAIR_AGREES, TOKEN_AGREES, DISAGREES, UNKNOWN = range(AGREEMENT_BUCKETS)
 
 #: The prior: P(a node is accepted | its parent was) by [source / n-gram
 #: bucket][support or rank bucket][depth bucket][agreement bucket]
@@ -57,93 +57,93 @@ TOP_SUCCESSOR, KEPT_SUCCESSOR, NOT_A_SUCCESSOR, UNKNOWN = range(AGREEMENT_BUCKET
 PRIOR = (
     (  # successors: by support, depth, agreement
         (
-            (0.32, 0.32, 0.32, 0.32),
-            (0.24, 0.24, 0.24, 0.24),
-            (0.23, 0.23, 0.23, 0.23),
-            (0.13, 0.13, 0.13, 0.13),
-            (0.13, 0.13, 0.13, 0.13),
+            (0.37, 0.32, 0.33, 0.33),
+            (0.44, 0.19, 0.31, 0.31),
+            (0.43, 0.16, 0.31, 0.31),
+            (0.33, 0.09, 0.22, 0.22),
+            (0.26, 0.22, 0.23, 0.23),
         ),
         (
             (0.07, 0.07, 0.07, 0.07),
-            (0.05, 0.05, 0.05, 0.05),
-            (0.05, 0.04, 0.05, 0.05),
-            (0.11, 0.11, 0.11, 0.11),
-            (0.11, 0.11, 0.11, 0.11),
+            (0.06, 0.06, 0.06, 0.06),
+            (0.05, 0.05, 0.04, 0.05),
+            (0.12, 0.12, 0.12, 0.12),
+            (0.12, 0.12, 0.12, 0.12),
         ),
         (
             (0.03, 0.03, 0.03, 0.03),
-            (0.11, 0.11, 0.11, 0.11),
-            (0.11, 0.11, 0.11, 0.11),
-            (0.11, 0.11, 0.11, 0.11),
-            (0.11, 0.11, 0.11, 0.11),
+            (0.12, 0.12, 0.12, 0.12),
+            (0.12, 0.12, 0.12, 0.12),
+            (0.12, 0.12, 0.12, 0.12),
+            (0.12, 0.12, 0.12, 0.12),
         ),
     ),
     (  # 1-grams: by support, depth, agreement
         (
-            (0.35, 0.12, 0.03, 0.09),
-            (0.61, 0.21, 0.11, 0.25),
-            (0.81, 0.34, 0.33, 0.54),
-            (0.92, 0.55, 0.61, 0.75),
-            (0.98, 0.74, 0.74, 0.84),
+            (0.6, 0.38, 0.04, 0.09),
+            (0.63, 0.32, 0.09, 0.26),
+            (0.78, 0.53, 0.23, 0.54),
+            (0.91, 0.84, 0.47, 0.74),
+            (0.96, 0.84, 0.63, 0.84),
         ),
         (
-            (0.53, 0.19, 0.08, 0.27),
-            (0.71, 0.21, 0.22, 0.46),
-            (0.87, 0.63, 0.51, 0.71),
-            (0.91, 0.79, 0.84, 0.86),
-            (0.97, 0.96, 0.97, 0.95),
+            (0.51, 0.54, 0.12, 0.26),
+            (0.68, 0.61, 0.15, 0.47),
+            (0.9, 0.75, 0.39, 0.72),
+            (0.89, 0.87, 0.8, 0.85),
+            (0.97, 0.95, 0.97, 0.95),
         ),
         (
-            (0.73, 0.37, 0.31, 0.6),
-            (0.86, 0.79, 0.72, 0.8),
-            (0.92, 0.64, 0.8, 0.83),
-            (0.93, 0.91, 0.93, 0.91),
+            (0.6, 0.74, 0.31, 0.58),
+            (0.89, 0.84, 0.76, 0.82),
+            (0.91, 0.84, 0.67, 0.84),
+            (0.92, 0.91, 0.93, 0.91),
             (0.95, 0.95, 0.95, 0.95),
         ),
     ),
     (  # 2-grams: by support, depth, agreement
         (
-            (0.63, 0.18, 0.09, 0.21),
-            (0.68, 0.26, 0.21, 0.38),
-            (0.85, 0.54, 0.49, 0.62),
-            (0.91, 0.76, 0.59, 0.77),
-            (0.86, 0.76, 0.8, 0.82),
+            (0.58, 0.24, 0.08, 0.21),
+            (0.69, 0.52, 0.14, 0.37),
+            (0.83, 0.76, 0.41, 0.62),
+            (0.87, 0.83, 0.54, 0.76),
+            (0.9, 0.85, 0.72, 0.82),
         ),
         (
-            (0.63, 0.3, 0.14, 0.36),
-            (0.75, 0.49, 0.35, 0.57),
-            (0.91, 0.86, 0.77, 0.83),
-            (0.95, 0.9, 0.76, 0.87),
-            (0.89, 0.76, 0.76, 0.84),
+            (0.54, 0.45, 0.15, 0.34),
+            (0.67, 0.62, 0.41, 0.58),
+            (0.9, 0.84, 0.7, 0.8),
+            (0.91, 0.89, 0.81, 0.87),
+            (0.84, 0.8, 0.65, 0.8),
         ),
         (
-            (0.83, 0.5, 0.5, 0.7),
-            (0.89, 0.8, 0.75, 0.83),
-            (0.85, 0.76, 0.85, 0.84),
-            (0.92, 0.94, 0.92, 0.92),
-            (0.97, 0.96, 0.96, 0.96),
+            (0.77, 0.81, 0.44, 0.68),
+            (0.93, 0.78, 0.68, 0.84),
+            (0.9, 0.86, 0.76, 0.86),
+            (0.92, 0.92, 0.93, 0.92),
+            (0.96, 0.95, 0.95, 0.95),
         ),
     ),
     (  # 3-grams: by support, depth, agreement
         (
-            (0.74, 0.3, 0.29, 0.41),
-            (0.84, 0.56, 0.55, 0.65),
-            (0.9, 0.7, 0.64, 0.75),
-            (0.96, 0.71, 0.7, 0.82),
-            (0.91, 0.79, 0.78, 0.84),
+            (0.68, 0.41, 0.24, 0.4),
+            (0.87, 0.69, 0.49, 0.63),
+            (0.94, 0.77, 0.59, 0.76),
+            (0.97, 0.88, 0.65, 0.82),
+            (0.97, 0.87, 0.66, 0.85),
         ),
         (
-            (0.82, 0.57, 0.6, 0.7),
-            (0.92, 0.57, 0.72, 0.77),
-            (0.99, 0.9, 0.87, 0.93),
-            (0.97, 0.96, 0.82, 0.92),
-            (0.95, 0.86, 0.9, 0.91),
+            (0.84, 0.74, 0.48, 0.71),
+            (0.88, 0.83, 0.66, 0.79),
+            (0.98, 0.92, 0.76, 0.91),
+            (0.96, 0.94, 0.82, 0.92),
+            (0.97, 0.91, 0.81, 0.91),
         ),
         (
-            (0.94, 0.78, 0.83, 0.88),
-            (0.99, 0.9, 0.98, 0.97),
-            (1.0, 0.99, 0.96, 0.99),
-            (1.0, 0.95, 1.0, 0.99),
+            (0.93, 0.88, 0.76, 0.89),
+            (0.99, 0.96, 0.82, 0.95),
+            (1.0, 0.98, 0.95, 0.98),
+            (1.0, 0.99, 0.95, 0.99),
             (1.0, 1.0, 1.0, 1.0),
         ),
     ),
@@ -154,9 +154,9 @@ PRIOR_WEIGHT = 4.0
 #: nodes' reach): the per-node rates treat a path's nodes as independent,
 #: but acceptance runs in streaks, so the sum underestimates. Measured by
 #: the same tree-prior run (``--scale-width 12``: the 12 likeliest nodes a
-#: step under the fitted prior, prompts 41-80): 5,043 accepted for 3,938
-#: predicted over 2,698 steps.
-PRIOR_SCALE = 1.28
+#: step under the fitted prior, prompts 41-80): 5,069 accepted for 4,055
+#: predicted over 2,677 steps.
+PRIOR_SCALE = 1.25
 #: How many predicted accepted nodes the prior scale is worth.
 SCALE_WEIGHT = 8.0
 #: A node is never given a probability above this (and siblings share at most 1).
@@ -173,7 +173,7 @@ class TokenTree:
     depths: List[int]
     ngrams: List[int]
     supports: List[int]
-    #: per node, its agreement bucket (TOP_SUCCESSOR ... UNKNOWN); None: all UNKNOWN
+    #: per node, its agreement bucket (PAIR_AGREES ... UNKNOWN); None: all UNKNOWN
     agreement: Optional[List[int]] = None
 
     @classmethod
@@ -204,25 +204,28 @@ def with_subtree(tree: TokenTree, token: int, ngram: int, support: int, below: T
 
 
 def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], max_depth: int,
-          max_nodes: int, eos: Sequence[int] = ()) -> TokenTree:
+          max_nodes: int, eos: Sequence[int] = (), root_previous: int = -1) -> TokenTree:
     """``tree`` with the model's remembered successors added
-    (``successors(token, count)``: pld.successors.SuccessorTable): every
-    node at depth d (the root, ``root_token``, at 0) gets its first
-    ``shape[d]`` successors as children it does not have yet (n-gram size 0,
-    support = rank), breadth first, to ``max_depth`` and ``max_nodes`` in
-    all. Nothing follows an eos node."""
+    (``successors(token, count, previous)``: pld.successors.SuccessorTable;
+    ``previous`` is the token before ``token``: the parent's, or
+    ``root_previous`` for the root): every node at depth d (the root,
+    ``root_token``, at 0) gets its first ``shape[d]`` successors as children
+    it does not have yet (n-gram size 0, support = rank), breadth first, to
+    ``max_depth`` and ``max_nodes`` in all. Nothing follows an eos node."""
     out = TokenTree(list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.ngrams),
                     list(tree.supports))
     eos = set(eos)
     children = {(p, t) for p, t in zip(out.parents, out.tokens)}
-    queue = [(-1, root_token, 0)] + [(j, t, d) for j, (t, d) in enumerate(zip(out.tokens, out.depths))]
+    queue = [(-1, root_token, 0, root_previous)] + [
+        (j, t, d, root_token if p < 0 else out.tokens[p])
+        for j, (t, d, p) in enumerate(zip(out.tokens, out.depths, out.parents))]
     head = 0
     while head < len(queue) and len(out.tokens) < max_nodes:
-        node, token, depth = queue[head]
+        node, token, depth, previous = queue[head]
         head += 1
         if depth >= max_depth or depth >= len(shape) or token in eos:
             continue
-        for rank, t in enumerate(successors(token, shape[depth]), start=1):
+        for rank, t in enumerate(successors(token, shape[depth], previous), start=1):
             if (node, t) in children or len(out.tokens) >= max_nodes:
                 continue
             children.add((node, t))
@@ -231,7 +234,7 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
             out.depths.append(depth + 1)
             out.ngrams.append(0)
             out.supports.append(rank)
-            queue.append((len(out.tokens) - 1, t, depth + 1))
+            queue.append((len(out.tokens) - 1, t, depth + 1, token))
     return out
 
 

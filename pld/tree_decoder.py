@@ -18,7 +18,8 @@ first three phases widened from one draft to a tree of them:
              is a verified child, descend
     commit   as for a linear draft, the cache keeping the context and the
              accepted path (OwnedCache.keep_last: a gather, not a crop);
-             every verified row's top successors remembered
+             every verified row's top successors remembered (after its
+             input token, and after its last two)
 
 Exactness: greedy appends the model's argmax at every row it reads, each
 row computed with exactly the accepted prefix in view, so the tokens are
@@ -103,12 +104,14 @@ class TreeDecoder(Decoder):
         tree = TokenTree.from_index(self.index, depth, self.config.tree_candidates, max_nodes,
                                     self._eos_list)
         if self.successors is not None:
-            root = int(self.buf.ids[0, self.cur - 1])
-            tree = self.guess_ahead(tree, root, depth, max_nodes)
+            previous, root = self._last_two()
+            tree = self.guess_ahead(tree, root, depth, max_nodes, previous)
             tree = graft(tree, root, self.successors.successors, SUCCESSOR_SHAPE, depth,
-                         min(MAX_TREE_WIDTH, 4 * width), self._eos_list)
+                         min(MAX_TREE_WIDTH, 4 * width), self._eos_list, previous)
+            tokens, parents = tree.tokens, tree.parents
+            above = [root if p < 0 else tokens[p] for p in parents]
             tree.agreement = self.successors.agreement(
-                [root if p < 0 else tree.tokens[p] for p in tree.parents], tree.tokens)
+                above, tokens, [previous if p < 0 else above[p] for p in parents])
         if not len(tree):
             return None, []
         pending = self.cur - self.model.cached
@@ -117,14 +120,20 @@ class TreeDecoder(Decoder):
         self._predicted = sum(reach[j] for j in chosen)
         return tree, chosen
 
-    def guess_ahead(self, tree: TokenTree, root: int, depth: int, max_nodes: int) -> TokenTree:
-        """The root's (``root``: the sequence's last token) remembered
-        successors that prompt lookup did not propose, each followed by
-        prompt lookup's candidates for the sequence as if it came next (the
-        index extended by it, then cut back): a seam the input cannot
-        predict, then a copy it can."""
+    def _last_two(self) -> Tuple[int, int]:
+        """The sequence's last two tokens (-1 for a missing one)."""
+        last = self.buf.ids[0, max(self.cur - 2, 0):self.cur].tolist()
+        return (last[0] if len(last) == 2 else -1), last[-1]
+
+    def guess_ahead(self, tree: TokenTree, root: int, depth: int, max_nodes: int,
+                    previous: int = -1) -> TokenTree:
+        """The root's (``root``: the sequence's last token, after
+        ``previous``) remembered successors that prompt lookup did not
+        propose, each followed by prompt lookup's candidates for the
+        sequence as if it came next (the index extended by it, then cut
+        back): a seam the input cannot predict, then a copy it can."""
         have = {t for t, p in zip(tree.tokens, tree.parents) if p < 0}
-        for rank, s in enumerate(self.successors.successors(root, ROOT_GUESSES), start=1):
+        for rank, s in enumerate(self.successors.successors(root, ROOT_GUESSES, previous), start=1):
             if s in have or s in self.eos or len(tree) >= max_nodes:
                 continue
             below = TokenTree([], [], [], [], [])
@@ -175,11 +184,15 @@ class TreeDecoder(Decoder):
             return
         if self.successors is None:
             self.successors = SuccessorTable(logits.shape[-1])
-        # row 0's input is the sequence's last token (read where it lies: no sync)
-        inputs = self.buf.ids[0, self.cur - 1:self.cur].cpu()
-        if chosen:
-            inputs = torch.cat([inputs, torch.tensor([tree.tokens[j] for j in chosen])])
-        self.successors.update(inputs, logits)
+        # row 0's input is the sequence's last token; a node's row follows
+        # the node after its parent's token (the root's for the root's children)
+        previous, root = self._last_two()
+        inputs, before = [root], [previous]
+        for j in chosen:
+            inputs.append(tree.tokens[j])
+            p = tree.parents[j]
+            before.append(root if p < 0 else tree.tokens[p])
+        self.successors.update(torch.tensor(inputs), logits, before)
 
     # -- verify ------------------------------------------------------------
     def verify_tree(self, tree: Optional[TokenTree], chosen: Sequence[int]) -> torch.Tensor:

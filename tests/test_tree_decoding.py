@@ -255,22 +255,21 @@ def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
 def test_agreement_picks_the_bucket_a_node_is_scored_and_counted_in():
     """A node the model's successors agree with is scored by its
     agreement's rate, and counted there."""
-    from pld.token_tree import (KEPT_SUCCESSOR, NOT_A_SUCCESSOR, TOP_SUCCESSOR, UNKNOWN,
-                                AcceptanceModel)
+    from pld.token_tree import DISAGREES, PAIR_AGREES, TOKEN_AGREES, UNKNOWN, AcceptanceModel
 
-    rates = {TOP_SUCCESSOR: 0.8, KEPT_SUCCESSOR: 0.4, NOT_A_SUCCESSOR: 0.1, UNKNOWN: 0.3}
+    rates = {PAIR_AGREES: 0.8, TOKEN_AGREES: 0.4, DISAGREES: 0.1, UNKNOWN: 0.3}
     prior = tuple(tuple((tuple(rates[a] for a in range(4)),) * 5 for _ in range(3))
                   for _ in range(4))
     model = AcceptanceModel(prior=prior)
     tree = _tree_of([5, 6, 7], [-1, 0, -1], [1, 2, 1], ngrams=[1, 1, 2], supports=[1, 1, 1])
     assert model.reach(tree) == pytest.approx([0.3, 0.09, 0.3])  # no agreement known
-    tree.agreement = [TOP_SUCCESSOR, NOT_A_SUCCESSOR, KEPT_SUCCESSOR]
+    tree.agreement = [PAIR_AGREES, DISAGREES, TOKEN_AGREES]
     assert model.reach(tree) == pytest.approx([0.8 / 1.2, 0.8 / 1.2 * 0.1, 0.4 / 1.2])
     model.update(tree, [0, 1, 2], [0])
-    assert model.hits[(1, 0, 0, TOP_SUCCESSOR)] == pytest.approx(0.8 * 4 + 1)
-    assert model.trials[(1, 0, 1, NOT_A_SUCCESSOR)] == pytest.approx(4 + 1)
-    assert model.hits[(1, 0, 1, NOT_A_SUCCESSOR)] == pytest.approx(0.1 * 4)
-    assert model.trials[(2, 0, 0, KEPT_SUCCESSOR)] == pytest.approx(4 + 1)
+    assert model.hits[(1, 0, 0, PAIR_AGREES)] == pytest.approx(0.8 * 4 + 1)
+    assert model.trials[(1, 0, 1, DISAGREES)] == pytest.approx(4 + 1)
+    assert model.hits[(1, 0, 1, DISAGREES)] == pytest.approx(0.1 * 4)
+    assert model.trials[(2, 0, 0, TOKEN_AGREES)] == pytest.approx(4 + 1)
     assert model.trials[(1, 0, 0, UNKNOWN)] == pytest.approx(4)  # untouched
 
 
@@ -370,15 +369,15 @@ def test_tree_prior_fit_shrinks_toward_smaller_neighbours():
 
 def test_tree_prior_fit_pools_agreements_then_shrinks_each_toward_the_pool():
     from pld.bench.tree_prior import fitted
-    from pld.token_tree import NOT_A_SUCCESSOR, TOP_SUCCESSOR, UNKNOWN, AcceptanceModel
+    from pld.token_tree import DISAGREES, PAIR_AGREES, UNKNOWN, AcceptanceModel
 
     counts = AcceptanceModel(prior_weight=0.0)
-    counts.trials[(1, 0, 0, TOP_SUCCESSOR)], counts.hits[(1, 0, 0, TOP_SUCCESSOR)] = 100.0, 80.0
-    counts.trials[(1, 0, 0, NOT_A_SUCCESSOR)], counts.hits[(1, 0, 0, NOT_A_SUCCESSOR)] = 900.0, 20.0
+    counts.trials[(1, 0, 0, PAIR_AGREES)], counts.hits[(1, 0, 0, PAIR_AGREES)] = 100.0, 80.0
+    counts.trials[(1, 0, 0, DISAGREES)], counts.hits[(1, 0, 0, DISAGREES)] = 900.0, 20.0
     prior, _ = fitted(counts, strength=10.0)
     pool = (100 + 10 * 0.1) / 1010  # 100 hits in 1000 trials, shrunk toward the overall 0.1
     row = prior[1][0][0]
     assert row[UNKNOWN] == pytest.approx(pool, abs=0.01)
-    assert row[TOP_SUCCESSOR] == pytest.approx((80 + 10 * pool) / 110, abs=0.01)
-    assert row[NOT_A_SUCCESSOR] == pytest.approx((20 + 10 * pool) / 910, abs=0.01)
+    assert row[PAIR_AGREES] == pytest.approx((80 + 10 * pool) / 110, abs=0.01)
+    assert row[DISAGREES] == pytest.approx((20 + 10 * pool) / 910, abs=0.01)
     assert row[1] == pytest.approx(pool, abs=0.01)  # no trials: the pool's

@@ -50,13 +50,33 @@ def test_successor_table_keeps_the_top_k_of_the_last_row_of_each_token():
         SuccessorTable(0)
 
 
-def _agreement_of(table, parent, token):
-    """Plain Python: 0 the top successor, 1 another kept one, 2 none of
-    them, 3 nothing remembered after ``parent``."""
-    row = table[parent].tolist() if 0 <= parent < table.shape[0] else [-1]
-    if row[0] < 0:
-        return 3
-    return 0 if row[0] == token else 1 if token in row else 2
+def _agreement_of(table, pairs, grandparent, parent, token):
+    """Plain Python: 0 the pair's remembered successor, 1 (no pair) the
+    parent's top one, 2 another token, 3 nothing remembered after ``parent``."""
+    if (grandparent, parent) in pairs:
+        return 0 if pairs[(grandparent, parent)] == token else 2
+    top = table[parent, 0].item() if 0 <= parent < table.shape[0] else -1
+    return 3 if top < 0 else 1 if top == token else 2
+
+
+def test_pairs_remember_the_successor_after_two_tokens_and_come_first():
+    import torch
+
+    from pld.successors import SuccessorTable
+
+    table = SuccessorTable(6, k=2)
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, 0.0, 0.0],    # after (2, 3): 1, then 3
+                           [0.0, 0.0, 0.0, 1.0, 0.0, 9.0]])   # after (4, 3): 5, then 3
+    table.update(torch.tensor([3, 3]), logits, [2, 4])
+    assert table.pairs == {(2, 3): 1, (4, 3): 5}
+    assert table.successors(3, 2) == [5, 3]      # the token's own: its last row
+    assert table.successors(3, 2, 2) == [1, 5]   # the pair's first, then the token's
+    assert table.successors(3, 1, 4) == [5]      # no repeat
+    assert table.successors(3, 2, 0) == [5, 3]   # an unseen pair: the token's own
+    table.update(torch.tensor([3]), logits[:1], [-1])  # no previous token: no pair
+    assert table.pairs == {(2, 3): 1, (4, 3): 5}
+    with pytest.raises(ValueError, match="previous"):
+        table.update(torch.tensor([3, 3]), logits, [2])
 
 
 def test_agreement_matches_a_plain_python_reading_of_the_table():
@@ -69,11 +89,20 @@ def test_agreement_matches_a_plain_python_reading_of_the_table():
     for _ in range(30):
         n = rng.randint(0, 4)
         inputs = torch.tensor([rng.randrange(-1, 9) for _ in range(n)], dtype=torch.long)
-        table.update(inputs, torch.randn(n, rng.choice([5, 7, 9])))
+        table.update(inputs, torch.randn(n, rng.choice([5, 7, 9])),
+                     [rng.randrange(-1, 9) for _ in range(n)])
         parents = [rng.randrange(-2, 9) for _ in range(rng.randint(0, 12))]
+        grandparents = [rng.randrange(-1, 9) for _ in parents]
         tokens = [rng.randrange(0, 9) for _ in parents]
+        assert table.agreement(parents, tokens, grandparents) == [
+            _agreement_of(table.table, table.pairs, g, p, t)
+            for g, p, t in zip(grandparents, parents, tokens)]
         assert table.agreement(parents, tokens) == [
-            _agreement_of(table.table, p, t) for p, t in zip(parents, tokens)]
+            _agreement_of(table.table, table.pairs, -1, p, t) for p, t in zip(parents, tokens)]
+    # every remembered pair agrees with its own successor
+    keys = list(table.pairs)
+    assert keys and table.agreement([p for _, p in keys], [table.pairs[k] for k in keys],
+                                    [g for g, _ in keys]) == [0] * len(keys)
 
 
 def test_graft_adds_missing_successors_breadth_first_within_limits():
@@ -81,12 +110,18 @@ def test_graft_adds_missing_successors_breadth_first_within_limits():
 
     known = {0: [1, 2, 3], 1: [4, 5], 2: [6], 4: [7], 9: [1]}
 
-    def successors(token, count):
+    seen = []
+
+    def successors(token, count, previous):
+        seen.append((previous, token))
         return known.get(token, [])[:count]
 
     tree = _tree_of([1, 9], [-1, 0], [1, 2], ngrams=[2, 2])  # prompt lookup: 1 -> 9
-    out = graft(tree, 0, successors, shape=(3, 2, 1), max_depth=3, max_nodes=64, eos=(5,))
+    out = graft(tree, 0, successors, shape=(3, 2, 1), max_depth=3, max_nodes=64, eos=(5,),
+                root_previous=8)
     assert out.tokens[:2] == [1, 9] and out.ngrams[:2] == [2, 2]  # the input's nodes first, kept
+    # each node is asked about after its parent's token (the root after 8)
+    assert seen[:3] == [(8, 0), (0, 1), (1, 9)]
     nodes = {(out.parents[j], out.tokens[j]): j for j in range(len(out))}
     assert len(nodes) == len(out)  # no duplicate children
     # the root (token 0) gets 2 and 3 (1 is prompt lookup's already), ranked
@@ -167,6 +202,8 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
                 before = decoder.cur
                 root = int(decoder.buf.ids[0, before - 1])
                 table = decoder.successors.table.clone() if decoder.successors else None
+                pairs = dict(decoder.successors.pairs) if decoder.successors else None
+                previous = int(decoder.buf.ids[0, before - 2]) if before >= 2 else -1
                 more = decoder.step()
                 assert len(decoder.index) == decoder.cur  # a guess leaves no token behind
                 tree, chosen = decoder._tree, decoder._chosen
@@ -175,9 +212,10 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
                     assert decoder.successors.successors(root, 1) == [int(decoder.buf.ids[0, before])]
                 if chosen and table is not None:
                     # each node's agreement is the table's as the step proposed
+                    above = [root if p < 0 else tree.tokens[p] for p in tree.parents]
                     assert tree.agreement == [
-                        _agreement_of(table, root if p < 0 else tree.tokens[p], t)
-                        for p, t in zip(tree.parents, tree.tokens)]
+                        _agreement_of(table, pairs, previous if p < 0 else above[p], a, t)
+                        for p, a, t in zip(tree.parents, above, tree.tokens)]
                 if chosen:
                     verified += sum(tree.ngrams[j] == 0 for j in chosen)
                     accepted += sum(tree.ngrams[chosen[i]] == 0 for i in decoder._path)
