@@ -107,6 +107,8 @@ class SuccessorTable:
             return []
         if grandparents is None:
             grandparents = [-1] * len(tokens)
+        from .token_tree import DISAGREES, PAIR_AGREES, TOKEN_AGREES, UNKNOWN
+
         vocab = self.table.shape[0]
         rows = torch.tensor([p if 0 <= p < vocab else 0 for p in parents], dtype=torch.long)
         tops = self.table[rows, 0].tolist()  # one gather, not one read a node
@@ -114,9 +116,9 @@ class SuccessorTable:
         for g, p, t, top in zip(grandparents, parents, tokens, tops):
             pair = self.pairs.get((g, p))
             if pair is not None:
-                out.append(0 if pair == t else 2)
+                out.append(PAIR_AGREES if pair == t else DISAGREES)
             elif not 0 <= p < vocab or top < 0:
-                out.append(3)
+                out.append(UNKNOWN)
             else:
-                out.append(1 if top == t else 2)
+                out.append(TOKEN_AGREES if top == t else DISAGREES)
         return out

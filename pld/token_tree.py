@@ -6,8 +6,8 @@ continuations of the sequence into a trie. A step then
 1. scores each node with the estimated probability that the model accepts
    it given that its parent was accepted (:class:`AcceptanceModel`: learned
    online within the generation, per n-gram size, support, depth and
-   agreement with the model's remembered successors of its parent's
-   token, from a prior), so the probability that a node is reached is the
+   agreement with what the model last predicted after the tokens before
+   the node, from a prior), so the probability that a node is reached is the
    product along its path;
 2. picks the W nodes most likely to be reached -- an ancestor-closed set,
    since a child is never likelier than its parent -- with W maximising the
@@ -51,7 +51,7 @@ PAIR_AGREES, TOKEN_AGREES, DISAGREES, UNKNOWN = range(AGREEMENT_BUCKETS)
 #: (UNKNOWN's rate is the bucket's rate over every agreement). Fitted on the embedded
 #: model with ``python -m pld bench tree-prior --tasks summarization,rag
 #: --skip 40 --limit 40 --max-new-tokens 128 --successors --width 48
-#: --threads 1`` (Spec-Bench prompts 41-80 of each task, the first 48 nodes
+#: --threads 2`` (Spec-Bench prompts 41-80 of each task, the first 48 nodes
 #: of every tree verified; pld/bench/tree_prior.py), so not on the prompts
 #: the reported runs use (the first 20 of each task).
 PRIOR = (

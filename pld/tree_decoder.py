@@ -68,10 +68,12 @@ class TreeDecoder(Decoder):
         self._tree: Optional[TokenTree] = None
         self._chosen: List[int] = []
         self._predicted = 0.0
+        self._tail = (-1, -1)  # the sequence's last two tokens, read at each step's start
         self.successors: Optional[SuccessorTable] = None  # made at the first logits
 
     def step(self) -> bool:
         """One step: propose a tree, verify it, walk it, commit the path."""
+        self._tail = self._last_two()  # read once: propose and remember use it
         tree, chosen = self.propose_tree()
         logits = self.verify_tree(tree, chosen)
         path, new, processed, rows, seconds = self.accept_tree(tree, chosen, logits)
@@ -104,7 +106,7 @@ class TreeDecoder(Decoder):
         tree = TokenTree.from_index(self.index, depth, self.config.tree_candidates, max_nodes,
                                     self._eos_list)
         if self.successors is not None:
-            previous, root = self._last_two()
+            previous, root = self._tail
             tree = self.guess_ahead(tree, root, depth, max_nodes, previous)
             tree = graft(tree, root, self.successors.successors, SUCCESSOR_SHAPE, depth,
                          min(MAX_TREE_WIDTH, 4 * width), self._eos_list, previous)
@@ -186,7 +188,7 @@ class TreeDecoder(Decoder):
             self.successors = SuccessorTable(logits.shape[-1])
         # row 0's input is the sequence's last token; a node's row follows
         # the node after its parent's token (the root's for the root's children)
-        previous, root = self._last_two()
+        previous, root = self._tail
         inputs, before = [root], [previous]
         for j in chosen:
             inputs.append(tree.tokens[j])

@@ -207,6 +207,16 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
                 more = decoder.step()
                 assert len(decoder.index) == decoder.cur  # a guess leaves no token behind
                 tree, chosen = decoder._tree, decoder._chosen
+                # each row's pair (the token before its input, its input) maps
+                # to the model's token there, where no later row shares the pair
+                keys = [(previous, root)] + [
+                    (root if tree.parents[j] < 0 else tree.tokens[tree.parents[j]], tree.tokens[j])
+                    for j in chosen]
+                rows = [0] + [1 + j for j in decoder._path]  # the rows the walk read
+                for i, row in enumerate(rows):
+                    if before + i < decoder.cur and keys[row][0] >= 0 and keys[row] not in keys[row + 1:]:
+                        assert decoder.successors.pairs[keys[row]] == int(
+                            decoder.buf.ids[0, before + i])
                 if not chosen or root not in [tree.tokens[j] for j in chosen]:
                     # the root's row (argmax: the step's first new token) was remembered
                     assert decoder.successors.successors(root, 1) == [int(decoder.buf.ids[0, before])]
