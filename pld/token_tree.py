@@ -25,6 +25,7 @@ along the model's own choices (pld.tree_decoder).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -161,6 +162,15 @@ PRIOR_SCALE = 1.25
 SCALE_WEIGHT = 8.0
 #: A node is never given a probability above this (and siblings share at most 1).
 MAX_PROBABILITY = 0.98
+#: The width budget scores a node at its bucket's rate plus this many
+#: standard deviations of the rate's posterior (Beta, its pseudo-counts
+#: the prior's weight plus the trials). A node is only tried, and its
+#: bucket only learns, if it is verified: scored at the mean, a bucket
+#: whose rate fell after a few misses early in a generation is verified
+#: less and stays low. Measured on prompts 41-50 of summarization and rag
+#: with the mean only: steps whose chosen nodes were predicted 0.16
+#: accepted tokens got 1.11.
+EXPLORATION = 1.0
 
 
 @dataclass
@@ -275,16 +285,25 @@ class AcceptanceModel:
         k = self.scale
         return [min(MAX_PROBABILITY, r * k) for r in reach]
 
-    def rate(self, ngram: int, support: int, depth: int, agreement: int = UNKNOWN) -> float:
+    def rate(self, ngram: int, support: int, depth: int, agreement: int = UNKNOWN,
+             optimism: float = 0.0) -> float:
+        """The bucket's acceptance rate (the posterior mean), plus
+        ``optimism`` posterior standard deviations."""
         b = _bucket(ngram, support, depth, agreement)
-        return min(MAX_PROBABILITY, self.hits[b] / self.trials[b]) if self.trials[b] else 0.5
+        n = self.trials[b]
+        if not n:
+            return 0.5
+        mean = min(MAX_PROBABILITY, self.hits[b] / n)
+        if optimism:
+            mean += optimism * math.sqrt(mean * (1.0 - mean) / (n + 1.0))
+        return min(MAX_PROBABILITY, mean)
 
-
-    def reach(self, tree: TokenTree) -> List[float]:
-        """P(node reached) for every node: the product of the rates along
-        its path, siblings scaled to share at most 1."""
-        q = [self.rate(n, s, d, a) for n, s, d, a in zip(tree.ngrams, tree.supports, tree.depths,
-                                                           _agreement(tree))]
+    def reach(self, tree: TokenTree, optimism: float = 0.0) -> List[float]:
+        """P(node reached) for every node: the product of the rates (each
+        with ``optimism``, see :meth:`rate`) along its path, siblings
+        scaled to share at most 1."""
+        q = [self.rate(n, s, d, a, optimism)
+             for n, s, d, a in zip(tree.ngrams, tree.supports, tree.depths, _agreement(tree))]
         total: Dict[int, float] = {}
         for j, parent in enumerate(tree.parents):
             total[parent] = total.get(parent, 0.0) + q[j]

@@ -42,8 +42,8 @@ from . import _core, forward_cost
 from .config import MAX_TREE_WIDTH
 from .decoder import Decoder
 from .successors import SuccessorTable
-from .token_tree import (AcceptanceModel, TokenTree, attention_mask, choose, graft, local_parents,
-                         walk, with_subtree)
+from .token_tree import (EXPLORATION, AcceptanceModel, TokenTree, attention_mask, choose, graft,
+                         local_parents, walk, with_subtree)
 
 #: How many of a node's remembered successors a tree offers, by the node's
 #: depth (the root at 0); deeper nodes get none.
@@ -117,8 +117,10 @@ class TreeDecoder(Decoder):
         if not len(tree):
             return None, []
         pending = self.cur - self.model.cached
+        # chosen on hopeful estimates (EXPLORATION), judged on the mean ones
+        hopeful = self.acceptance.reach(tree, EXPLORATION)
+        chosen = choose(self.acceptance.scaled(hopeful), cost, pending, width)
         reach = self.acceptance.reach(tree)
-        chosen = choose(self.acceptance.scaled(reach), cost, pending, width)
         self._predicted = sum(reach[j] for j in chosen)
         return tree, chosen
 

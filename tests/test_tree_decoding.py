@@ -252,6 +252,68 @@ def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
     assert model.hits[(3, 2, 1, UNKNOWN)] == pytest.approx(0.9 * 4 + 1)
 
 
+def test_optimism_adds_posterior_deviations_that_shrink_with_trials():
+    """rate(..., optimism=z) is the Beta posterior's mean plus z standard
+    deviations: sqrt(m (1 - m) / (n + 1)) for n pseudo-counts. More trials
+    at the same rate make it less hopeful; it never passes MAX_PROBABILITY
+    and leaves the counts as they were."""
+    import math
+
+    from pld.token_tree import MAX_PROBABILITY, UNKNOWN, AcceptanceModel
+
+    prior = tuple(tuple(((0.1,) * 4,) * 5 for _ in range(3)) for _ in range(4))
+    model = AcceptanceModel(prior=prior, prior_weight=4.0)
+    assert model.rate(1, 1, 1) == pytest.approx(0.1)
+    assert model.rate(1, 1, 1, optimism=1.0) == pytest.approx(0.1 + math.sqrt(0.09 / 5))
+    assert model.rate(1, 1, 1, optimism=2.0) == pytest.approx(0.1 + 2 * math.sqrt(0.09 / 5))
+    b = (1, 0, 0, UNKNOWN)
+    model.trials[b] += 20.0
+    model.hits[b] += 2.0  # 2.4 hits in 24: the same mean, more certain
+    assert model.rate(1, 1, 1) == pytest.approx(0.1)
+    assert model.rate(1, 1, 1, optimism=1.0) == pytest.approx(0.1 + math.sqrt(0.09 / 25))
+    assert model.rate(1, 1, 1, optimism=100.0) == MAX_PROBABILITY
+    tree = _tree_of([5, 6, 7], [-1, 0, -1], [1, 2, 1], ngrams=[1, 1, 2], supports=[1, 1, 1])
+    mean = model.reach(tree)
+    hopeful = model.reach(tree, optimism=1.0)
+    assert all(h > m for h, m in zip(hopeful, mean))
+    assert model.reach(tree) == mean and model.trials[b] == 24.0
+
+
+def test_the_budget_explores_a_bucket_whose_mean_does_not_pay():
+    """A tree step chooses its nodes on hopeful rates (EXPLORATION) and
+    counts its prediction on the mean ones: a node whose mean rate does not
+    pay for its forward, but whose hopeful rate does, is verified, and the
+    step's predicted total is the chosen nodes' mean reach."""
+    import torch
+
+    from pld import tree_decoder
+    from pld.forward_cost import ForwardCost
+    from pld.token_tree import AcceptanceModel, choose
+    from test_tree_successors import _decoder
+
+    assert tree_decoder.EXPLORATION > 0
+    prior = tuple(tuple(((0.1,) * 4,) * 5 for _ in range(3)) for _ in range(4))
+    model = mf.sharp_model(mf.ARCHS[0])
+    rng = random.Random("explore")
+    while True:  # a prompt holding the model's first token: the next step has candidates
+        prompt = [rng.randrange(mf.PROMPT_VOCAB) for _ in range(12)]
+        if mf.greedy(model, mf.as_ids(prompt), 1)[0] in prompt:
+            break
+    ids = mf.as_ids(prompt)
+    adapter, decoder = _decoder(model, ids, max_new_tokens=8, tree_successors=False)
+    cost = ForwardCost([1, 2, 64], [1.0, 1.15, 2.0])  # the first node must bring 0.15
+    decoder.cost = cost
+    with torch.no_grad(), adapter.kernels():
+        decoder.step()  # the prefill (no budget)
+        decoder.acceptance = AcceptanceModel(prior=prior)  # the prior's rates, nothing learnt
+        tree, chosen = decoder.propose_tree()
+    acceptance = decoder.acceptance
+    mean = acceptance.scaled(acceptance.reach(tree))
+    assert max(mean) < 0.15 and choose(mean, cost, 1, 32) == []
+    assert chosen  # hopeful: sqrt(0.09 / 5) = 0.13 more
+    assert decoder._predicted == pytest.approx(sum(acceptance.reach(tree)[j] for j in chosen))
+
+
 def test_agreement_picks_the_bucket_a_node_is_scored_and_counted_in():
     """A node the model's successors agree with is scored by its
     agreement's rate, and counted there."""

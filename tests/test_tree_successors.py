@@ -182,7 +182,8 @@ def _decoder(model, ids, **options):
     from pld.kv_cache import cache_for
     from pld.tree_decoder import TreeDecoder
 
-    config = DecodeConfig(draft_tree=True, tree_successors=True, eos_token_id=None, **options)
+    config = DecodeConfig(**{"draft_tree": True, "tree_successors": True, "eos_token_id": None,
+                             **options})
     adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + config.max_new_tokens + 64))
     return adapter, TreeDecoder(adapter, ids, config)
 
