@@ -216,6 +216,12 @@ def with_subtree(tree: TokenTree, token: int, ngram: int, support: int, below: T
     return out
 
 
+def parent_tokens(tree: TokenTree, root: int) -> List[int]:
+    """Each node's parent's token (``root``, the sequence's last token, for
+    the root's children)."""
+    return [root if p < 0 else tree.tokens[p] for p in tree.parents]
+
+
 def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], max_depth: int,
           max_nodes: int, eos: Sequence[int] = (), root_previous: int = -1) -> TokenTree:
     """``tree`` with the model's remembered successors added
@@ -230,8 +236,8 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
     eos = set(eos)
     children = {(p, t) for p, t in zip(out.parents, out.tokens)}
     queue = [(-1, root_token, 0, root_previous)] + [
-        (j, t, d, root_token if p < 0 else out.tokens[p])
-        for j, (t, d, p) in enumerate(zip(out.tokens, out.depths, out.parents))]
+        (j, t, d, above) for j, (t, d, above)
+        in enumerate(zip(out.tokens, out.depths, parent_tokens(out, root_token)))]
     head = 0
     while head < len(queue) and len(out.tokens) < max_nodes:
         node, token, depth, previous = queue[head]

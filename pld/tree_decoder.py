@@ -43,7 +43,7 @@ from .config import MAX_TREE_WIDTH
 from .decoder import Decoder
 from .successors import SuccessorTable
 from .token_tree import (EXPLORATION, AcceptanceModel, TokenTree, attention_mask, choose, graft,
-                         local_parents, walk, with_subtree)
+                         local_parents, parent_tokens, walk, with_subtree)
 
 #: How many of a node's remembered successors a tree offers, by the node's
 #: depth (the root at 0); deeper nodes get none.
@@ -110,10 +110,9 @@ class TreeDecoder(Decoder):
             tree = self.guess_ahead(tree, root, depth, max_nodes, previous)
             tree = graft(tree, root, self.successors.successors, SUCCESSOR_SHAPE, depth,
                          min(MAX_TREE_WIDTH, 4 * width), self._eos_list, previous)
-            tokens, parents = tree.tokens, tree.parents
-            above = [root if p < 0 else tokens[p] for p in parents]
+            above = parent_tokens(tree, root)
             tree.agreement = self.successors.agreement(
-                above, tokens, [previous if p < 0 else above[p] for p in parents])
+                above, tree.tokens, [previous if p < 0 else above[p] for p in tree.parents])
         if not len(tree):
             return None, []
         pending = self.cur - self.model.cached
@@ -192,10 +191,10 @@ class TreeDecoder(Decoder):
         # the node after its parent's token (the root's for the root's children)
         previous, root = self._tail
         inputs, before = [root], [previous]
-        for j in chosen:
-            inputs.append(tree.tokens[j])
-            p = tree.parents[j]
-            before.append(root if p < 0 else tree.tokens[p])
+        if chosen:
+            above = parent_tokens(tree, root)
+            inputs += [tree.tokens[j] for j in chosen]
+            before += [above[j] for j in chosen]
         self.successors.update(torch.tensor(inputs), logits, before)
 
     # -- verify ------------------------------------------------------------
