@@ -37,8 +37,8 @@ import torch
 
 from . import _core, forward_cost
 from .config import DecodeConfig
-from .decoder import LoopStats
-from .hf_adapter import _forward_accepts
+from .decoder import ROW_WISE_PROCESSORS, LoopStats
+from .hf_adapter import TransformersAdapter
 from .token_tree import AcceptanceModel
 
 
@@ -68,21 +68,20 @@ def check_left_padded(input_ids: torch.Tensor, attention_mask: Optional[torch.Te
 
 class BatchDecoder:
     """A batched generation after ``input_ids`` ([B, L], left-padded per
-    ``attention_mask``) with a transformers causal LM and an empty ``cache``
+    ``attention_mask``) with a transformers causal LM behind ``model`` (a
+    :class:`~pld.hf_adapter.TransformersAdapter` over an empty cache)
     under ``config`` (eos resolved). Call :meth:`step` until it returns
     False, then :meth:`sequences`."""
 
-    def __init__(self, model: Any, cache: Any, input_ids: torch.Tensor, config: DecodeConfig, *,
+    def __init__(self, model: TransformersAdapter, input_ids: torch.Tensor, config: DecodeConfig, *,
                  attention_mask: Optional[torch.Tensor] = None, logits_processor: Sequence[Any] = (),
                  stopping_criteria: Sequence[Any] = (), pad_token_id: Optional[int] = None) -> None:
         self.t_start = time.perf_counter()
         mask = check_left_padded(input_ids, attention_mask)
-        self.model, self.cache, self.config = model, cache, config
+        self.model, self.config = model, config
         self.device = input_ids.device
-        self.dtype = _model_dtype(model)
-        self._wants_logits_to_keep = _forward_accepts(model, "logits_to_keep")
         self.eos = set(config.eos_token_id)
-        self.processors = list(logits_processor) + config.warpers()
+        self.processors = [in_batch(p, input_ids.shape[0]) for p in logits_processor] + config.warpers()
         self.criteria = list(stopping_criteria)
         self.pad = pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0)
         B, L = input_ids.shape
@@ -98,6 +97,7 @@ class BatchDecoder:
             self.indexes.append(index)
         self.rows = list(range(B))           # original row of each batch row still running
         self.valid = mask.clone()            # [b, T]: slots each row attends to
+        self.slot_positions = (mask.long().cumsum(1) - 1).clamp(min=0)  # [b, T]: each slot's position
         self.positions = mask.long().sum(1)  # the next position of each row
         self.pending: List[List[int]] = [[] for _ in range(B)]  # tokens not yet cached
         self.cost: Optional[forward_cost.ForwardCost] = None
@@ -158,7 +158,7 @@ class BatchDecoder:
         """Cost of a forward of w tokens a row, in forwards of one, at this
         batch size and context (measured once per batch size and context
         size class for the model)."""
-        b, T = len(self.rows), self.valid.shape[1]
+        b, T = len(self.rows), self.model.cached
         widths = [w for w in forward_cost.WIDTHS if w <= top]
         if widths[-1] < top:
             widths.append(top)
@@ -167,26 +167,24 @@ class BatchDecoder:
         def probe(w: int) -> None:
             ids = filler.expand(b, w)
             positions = self.positions[:, None] + torch.arange(w, device=self.device)[None]
-            self._forward(ids, positions, self._mask(w), w)
-            self.cache.crop(-w)
+            self.model.forward_rows(ids, positions, self._mask(positions), w)
+            self.model.truncate_cache(T)
 
-        key = ("batch", b, forward_cost.size_class(T), str(self.dtype), self.device.type)
+        key = ("batch", b, forward_cost.size_class(T), str(self.model.dtype), self.device.type)
         with torch.no_grad():
-            return forward_cost.cached_or_measure(self.model, key, probe, widths)
+            return forward_cost.cached_or_measure(self.model.model, key, probe, widths)
 
     def verify(self, drafts: List[List[int]]) -> torch.Tensor:
         """Logits [b, 1 + K, V] (the prefill: [b, 1, V] for the last prompt token)."""
         if self._first:
-            ids = self.input_ids
-            positions = (self.valid.long().cumsum(1) - 1).clamp(min=0)
-            # the 2D padding mask: transformers builds the causal mask itself
+            # the 2D padding mask: transformers builds the causal masks itself
             # (as batched generate does), without a float [B, L, L] of ours
-            return self._forward(ids, positions, self.valid.long(), 1)
+            return self.model.forward_rows(self.input_ids, self.slot_positions, self.valid.long(), 1)
         width = max(len(d) for d in drafts)
         ids = torch.tensor([self.pending[r] + d + [self.pending[r][0]] * (width - len(d))
                             for r, d in zip(self.rows, drafts)], dtype=torch.long, device=self.device)
         positions = self.positions[:, None] + torch.arange(1 + width, device=self.device)[None]
-        return self._forward(ids, positions, self._mask(1 + width), 1 + width)
+        return self.model.forward_rows(ids, positions, self._mask(positions), 1 + width)
 
     def accept(self, drafts: List[List[int]], logits: torch.Tensor) -> Tuple[List[int], List[List[int]]]:
         """Per row: draft tokens accepted and the tokens to append."""
@@ -252,11 +250,11 @@ class BatchDecoder:
             self._drop(finished)
             return
         m = max(kept_slots)
-        if 1 + width > m:  # (crop(0) would empty the cache under transformers 4.57)
-            self.cache.crop(-(1 + width - m))
+        self.model.truncate_cache(self.model.cached - (1 + width - m))
         slots = torch.arange(m, device=self.device)[None]
         kept = torch.tensor(kept_slots, device=self.device)[:, None]
         self.valid = torch.cat([self.valid, slots < kept], dim=1)
+        self.slot_positions = torch.cat([self.slot_positions, self.positions[:, None] + slots], dim=1)
         self.positions = self.positions + kept[:, 0]
         self.done = len(finished) == len(self.rows)
         self._drop(finished)
@@ -287,13 +285,8 @@ class BatchDecoder:
         shift = width - counts  # padding in front of each row
         j = torch.arange(width, device=self.device)[None] - shift[:, None]
         index = torch.gather(order, 1, j.clamp(min=0))
-        for layer in self.cache.layers:
-            k, v = layer.keys, layer.values
-            if k is None or k.dim() != 4:
-                continue
-            gather = index[:, None, :, None]
-            layer.keys = torch.gather(k, 2, gather.expand(k.shape[0], k.shape[1], width, k.shape[3]))
-            layer.values = torch.gather(v, 2, gather.expand(v.shape[0], v.shape[1], width, v.shape[3]))
+        self.model.gather_slots(index)
+        self.slot_positions = torch.gather(self.slot_positions, 1, index)
         self.valid = j >= 0
         self.compactions += 1
 
@@ -303,8 +296,9 @@ class BatchDecoder:
             return
         keep = [i for i in range(len(self.rows)) if i not in set(finished)]
         index = torch.tensor(keep, device=self.device)
-        self.cache.batch_select_indices(index)
+        self.model.select_rows(index)
         self.valid = self.valid[index]
+        self.slot_positions = self.slot_positions[index]
         self.positions = self.positions[index]
         self.rows = [self.rows[i] for i in keep]
 
@@ -319,26 +313,22 @@ class BatchDecoder:
             if depth <= accepted:
                 model.hits[b] += 1.0
 
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor, keep: int) -> torch.Tensor:
-        extra = {"logits_to_keep": keep} if self._wants_logits_to_keep else {}
-        out = self.model(input_ids=ids, position_ids=positions, attention_mask=mask,
-                         past_key_values=self.cache, use_cache=True, **extra)
-        return out.logits[:, -keep:]
-
-    def _mask(self, q: int) -> torch.Tensor:
-        """Additive [b, 1, q, T + q]: each new token sees its row's valid
-        slots and the new slots up to itself."""
+    def _mask(self, positions: torch.Tensor) -> Any:
+        """The step's attention mask(s): each of the q new tokens of a row
+        (at ``positions`` [b, q]) sees its row's valid slots and the new
+        slots up to itself (each sliding layer: within its window)."""
         b, T = self.valid.shape
+        q = positions.shape[1]
         allowed = torch.cat([self.valid[:, None, :].expand(b, q, T),
                              torch.ones(q, q, dtype=torch.bool, device=self.device).tril()[None].expand(b, q, q)],
                             dim=2)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
-        return mask[:, None]
+        return self.model.masks(allowed, torch.cat([self.slot_positions, positions], dim=1), positions)
 
     def _row_ids(self, r: int, extra: Sequence[int]) -> torch.Tensor:
-        return torch.tensor([self.prompts[r] + self.new[r] + list(extra)], dtype=torch.long,
-                            device=self.device)
+        """Row r as batched generate shows it to processors and criteria:
+        its left-padded prompt, its new tokens, then ``extra``."""
+        tail = torch.tensor(self.new[r] + list(extra), dtype=torch.long, device=self.device)
+        return torch.cat([self.input_ids[r], tail])[None]
 
     def _process(self, r: int, draft: List[int], rows: torch.Tensor) -> torch.Tensor:
         """The processors on each verified row of row r, each with its own prefix."""
@@ -349,13 +339,12 @@ class BatchDecoder:
             scores = rows[j:j + 1]
             ids = self._row_ids(r, draft[:j])
             for p in self.processors:
-                scores = p(ids, scores)
+                scores = p(ids, scores, r) if isinstance(p, RowOfBatch) else p(ids, scores)
             out[j] = scores[0]
         return out
 
     def _should_stop(self, r: int, tokens: Sequence[int]) -> bool:
-        ids = torch.tensor([self.prompts[r] + self.new[r] + list(tokens)], dtype=torch.long,
-                           device=self.device)
+        ids = self._row_ids(r, tokens)
         for c in self.criteria:
             done = c(ids, None)
             if bool(done.any() if isinstance(done, torch.Tensor) else done):
@@ -388,7 +377,27 @@ def _cut_at(draft: List[int], eos: set) -> List[int]:
     return draft
 
 
-def _model_dtype(model: Any) -> torch.dtype:
-    from .tree_decoder import _model_dtype as dtype_of
+class RowOfBatch:
+    """A logits processor set up by generate() for a whole batch (say
+    repetition_penalty's per-row prompt_ignore_length), called for one row:
+    the row's ids and scores are repeated to the batch's size with the row
+    at its own index, and its row of the output is returned. Row-wise
+    processors need none of this (:func:`in_batch` leaves them be)."""
 
-    return dtype_of(model)
+    def __init__(self, processor: Any, batch: int, row: Optional[int] = None) -> None:
+        self.processor, self.batch, self.row = processor, batch, row
+
+    def __call__(self, ids: torch.Tensor, scores: torch.Tensor, row: Optional[int] = None) -> torch.Tensor:
+        """``ids`` [1, n] and ``scores`` [1, V] of row ``row`` (default: the
+        row given at construction)."""
+        row = self.row if row is None else row
+        out = self.processor(ids.expand(self.batch, -1), scores.expand(self.batch, -1).clone())
+        return out[row:row + 1]
+
+
+def in_batch(processor: Any, batch: int, row: Optional[int] = None) -> Any:
+    """``processor`` as it must be called one row of a ``batch`` at a time
+    (``row``: always that row)."""
+    if batch == 1 or type(processor).__name__ in ROW_WISE_PROCESSORS:
+        return processor
+    return RowOfBatch(processor, batch, row)

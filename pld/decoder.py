@@ -48,7 +48,7 @@ INITIAL_NEW_TOKENS = 1 << 10
 
 # Warpers that treat each row on its own and never read input_ids: all draft
 # positions go through them in one call.
-_ROW_WISE_PROCESSORS = frozenset({
+ROW_WISE_PROCESSORS = frozenset({
     "TemperatureLogitsWarper",
     "TopKLogitsWarper",
     "TopPLogitsWarper",
@@ -130,7 +130,7 @@ class Decoder:
         self.model, self.config = model, config
         self.eos = set(config.eos_token_id)
         self.processors = list(logits_processor) + config.warpers()
-        self.row_wise = all(type(p).__name__ in _ROW_WISE_PROCESSORS for p in self.processors)
+        self.row_wise = all(type(p).__name__ in ROW_WISE_PROCESSORS for p in self.processors)
         self.criteria, self.streamer, self.on_step = list(stopping_criteria), streamer, on_step
         k = config.num_pred_tokens
         self.buf = SequenceBuffer(input_ids, attention_mask, prompt_len + config.max_new_tokens,

@@ -77,17 +77,22 @@ def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
     interleaved, and keep each width's fastest time. ``warm_up`` first
     runs the widest once, untimed, to pay for allocations (no need when the
     model has just run a forward at least as wide)."""
+    import torch
+
     global _calibrating
     best = [float("inf")] * len(widths)
     _calibrating += 1
+    # eval-mode forwards draw nothing; fork_rng keeps torch's CPU RNG state
+    # the caller's even for a model that does (a seeded run must repeat)
     try:
-        if warm_up:
-            forward(widths[-1])
-        for _ in range(repeats):
-            for j, w in enumerate(widths):
-                t0 = clock()
-                forward(w)
-                best[j] = min(best[j], clock() - t0)
+        with torch.random.fork_rng(devices=[]):
+            if warm_up:
+                forward(widths[-1])
+            for _ in range(repeats):
+                for j, w in enumerate(widths):
+                    t0 = clock()
+                    forward(w)
+                    best[j] = min(best[j], clock() - t0)
     finally:
         _calibrating -= 1
     return ForwardCost(widths, [max(s, 1e-9) for s in best])

@@ -28,9 +28,12 @@ logger = logging.getLogger("pld")
 # Model inputs the native loop knows how to carry; anything else (images,
 # encoder outputs, token types...) goes to transformers.
 _NATIVE_MODEL_KWARGS = frozenset({
-    "attention_mask", "past_key_values", "use_cache", "cache_position", "position_ids",
+    "attention_mask", "past_key_values", "cache", "use_cache", "cache_position", "position_ids",
     "output_attentions", "output_hidden_states", "return_dict", "logits_to_keep",
 })
+# The field of generate()'s output that holds the cache (5.24: ``cache``).
+_OUTPUT_CACHE = ("cache" if "cache" in getattr(_gen_utils.GenerateDecoderOnlyOutput, "__dataclass_fields__", {})
+                 else "past_key_values")
 # Stopping criteria the loop applies itself (eos and the length budget).
 _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
 
@@ -160,7 +163,7 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     extra = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _NATIVE_MODEL_KWARGS)
     if extra:
         return f"model inputs {extra}"
-    cache = model_kwargs.get("past_key_values")
+    cache = _generate_cache(model_kwargs)
     if cache is None or not hasattr(cache, "crop"):
         return f"cache {type(cache).__name__} cannot be cropped"
     if cache.get_seq_length() != 0:
@@ -200,11 +203,11 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
             logits_processor=named["logits_processor"], stopping_criteria=criteria,
             pad_token_id=_pad_id(config))
         if want_dict:
-            return _gen_utils.GenerateDecoderOnlyOutput(sequences=sequences, past_key_values=cache)
+            return _gen_utils.GenerateDecoderOnlyOutput(sequences=sequences, **{_OUTPUT_CACHE: cache})
         return sequences
     if budget <= 0:  # nothing to generate: plain decoding returns the prompt
         result = loop.LoopResult(sequences=input_ids, stats=loop.LoopStats(), scores=(), logits=(),
-                                 past_key_values=model_kwargs["past_key_values"])
+                                 past_key_values=_generate_cache(model_kwargs))
     else:
         options = _decode_config(config, budget, want_dict)
         result = loop.run(
@@ -219,7 +222,7 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
             sequences=result.sequences,
             scores=result.scores,
             logits=result.logits,
-            past_key_values=result.past_key_values,
+            **{_OUTPUT_CACHE: result.past_key_values},
         )
     return result.sequences
 
@@ -236,13 +239,26 @@ def _pad_id(config: Any) -> Any:
 def _loop_cache(model: Any, input_ids: torch.Tensor, options: DecodeConfig, model_kwargs: dict) -> Any:
     """The cache generate() made, or -- when that is an empty plain
     DynamicCache -- the loop's own (pld.kv_cache), which generate() then
-    returns as past_key_values (a DynamicCache too)."""
+    returns as its cache (a DynamicCache too). A batch's cache keeps
+    sliding-window layers whole (its masks apply the windows)."""
     from transformers import DynamicCache
 
-    cache = model_kwargs["past_key_values"]
+    from .kv_cache import cache_for
+
+    cache = _generate_cache(model_kwargs)
     if type(cache) is DynamicCache and cache.get_seq_length() == 0:
+        if input_ids.shape[0] > 1:
+            return cache_for(model, capacity=input_ids.shape[1] + 2 * (options.num_pred_tokens + 1)
+                             + min(options.max_new_tokens, 1 << 10), keep_sliding=True)
         return loop.default_cache(model, input_ids.shape[1], options)
     return cache
+
+
+def _generate_cache(model_kwargs: dict) -> Any:
+    """The cache generate() made (5.24 and later keep it as ``cache``,
+    earlier releases as ``past_key_values``)."""
+    cache = model_kwargs.get("cache")
+    return cache if cache is not None else model_kwargs.get("past_key_values")
 
 
 def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:

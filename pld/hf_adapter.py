@@ -1,82 +1,274 @@
-"""The decoding step's only view of a transformers causal LM.
+"""The only code that calls a transformers causal LM and touches its cache.
 
-:class:`TransformersAdapter` gives the step two things: ``forward(ids,
-positions, mask, keep_last) -> logits`` over the tokens not yet cached, and
-``truncate_cache(n)``. Everything transformers-specific the step needs
-lives here: which keyword arguments the model's forward takes, the cache it
-fills, the check that it filled it, and the two kernel choices that hold
-while the loop runs (``kernels()``: oneDNN linear layers, grouped-query
-attention over the cache's shared heads).
+Every decoding path -- one row with linear drafts, token trees, a batch of
+rows -- goes through :class:`TransformersAdapter`: ``forward`` /
+``forward_rows`` over the tokens not yet cached, the cache operations a
+step needs (``truncate_cache``, ``keep_cache``, ``select_rows``,
+``gather_slots``) and ``masks`` (the 4D attention masks of a step whose
+queries see only some keys, per kind of layer: pld.attention_masks).
+
+What a model takes is found out by trying it, once per model
+(:func:`model_traits`), on a few tokens: which keyword names the cache
+(transformers 5.24 renamed ``past_key_values`` to ``cache``; the name the
+signature lists is tried first, the other next, and the one whose cache
+comes back filled wins), whether ``logits_to_keep`` trims the logits, and
+whether custom 4D masks -- a tree's branches, a hole in the cache, a
+gathered path, left-padded rows at their own positions -- give each row
+the logits it gets decoded alone (ALiBi models that build their bias from
+the 2D mask or from cache slots do not: they get exact fallbacks).
+``cache_position`` is never passed: every release computes it from the
+cache, which holds exactly the tokens before the new ones.
 """
 from __future__ import annotations
 
 import contextlib
 import inspect
-from typing import Any, Iterator, Optional
+import weakref
+from dataclasses import dataclass
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
+from .attention_masks import Kinds, layer_masks
 from .gqa_attention import shared_kv_heads
-from .kv_cache import no_dynamic_cache_reason
+from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
 from .linear_kernel import LinearKernel
 
+#: The keyword a model's forward may take its KV cache under (5.24 and
+#: later: ``cache``; before: ``past_key_values``).
+CACHE_ARGUMENTS = ("cache", "past_key_values")
 
-def _forward_accepts(model: Any, name: str) -> bool:
+
+@dataclass(frozen=True)
+class ModelTraits:
+    """What a model's forward was found to take (:func:`model_traits`).
+
+    ``cache_argument``: the keyword that fills a cache it is given (None:
+    none did). ``logits_to_keep``: whether that keyword trims the logits.
+    ``reason``: why pld's loop cannot serve the model at all (None: it
+    can). ``custom_masks``: why 4D masks -- trees, batches with holes --
+    cannot be used exactly (None: they can). ``kinds``: each layer's
+    attention kind and window, for the masks.
+    """
+
+    cache_argument: Optional[str]
+    logits_to_keep: bool
+    reason: Optional[str]
+    custom_masks: Optional[str]
+    kinds: Tuple[Tuple[str, Optional[int]], ...] = ((FULL, None),)
+
+
+_TRAITS: "weakref.WeakKeyDictionary[Any, Dict[Tuple, ModelTraits]]" = weakref.WeakKeyDictionary()
+
+
+def model_traits(model: Any) -> ModelTraits:
+    """The model's :class:`ModelTraits`, probed on its first use (a few
+    forwards over at most 5 tokens, torch's RNG state untouched) and kept
+    per attention implementation, dtype and device."""
+    key = (getattr(getattr(model, "config", None), "_attn_implementation", None),
+           str(getattr(model, "dtype", None)), str(getattr(model, "device", None)))
     try:
-        return name in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _is_transformers_model(model: Any) -> bool:
-    try:
-        from transformers import PreTrainedModel
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        return False
-    return isinstance(model, PreTrainedModel)
+        known = _TRAITS.setdefault(model, {})
+    except TypeError:  # not weakly referenceable: probe every time
+        known = {}
+    if key not in known:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            known[key] = _probe(model)
+    return known[key]
 
 
 def cache_blocker(model: Any) -> Optional[str]:
-    """Why ``model`` cannot keep a cropped transformers cache for the loop,
-    or None when it looks able to (checked again after the prefill)."""
-    reason = no_dynamic_cache_reason(model)
+    """Why pld's loop cannot serve ``model`` (its forward fills no cache it
+    is given, it is stateful, ...), or None."""
+    return model_traits(model).reason
+
+
+# --------------------------------------------------------------- probing
+
+def _probe(model: Any) -> ModelTraits:
+    reason = _static_reason(model)
     if reason is not None:
-        return reason
+        return ModelTraits(None, False, reason, reason)
+    ids = _probe_ids(model)
+    try:
+        argument, keep = _find_cache_argument(model, ids)
+    except Exception as error:  # noqa: BLE001 - any failure of the model's forward is a reason
+        reason = f"its forward() failed on a 3-token probe ({_describe(error)})"
+        return ModelTraits(None, False, reason, reason)
+    if argument is None:
+        reason = ("its forward() fills no KV cache it is given (tried the keywords "
+                  f"{', '.join(CACHE_ARGUMENTS)}): the model keeps no usable KV cache")
+        return ModelTraits(None, False, reason, reason)
+    layout_reason, kinds = attention_layout(model.config, keep_sliding=True)
+    traits = ModelTraits(argument, keep, None, layout_reason, kinds or ((FULL, None),))
+    if layout_reason is None:
+        try:
+            masks_reason = _check_custom_masks(TransformersAdapter(model, None, "torch", traits=traits), ids)
+        except Exception as error:  # noqa: BLE001 - a model that cannot take the masks
+            masks_reason = f"its forward() does not take pld's 4D attention masks ({_describe(error)})"
+        traits = ModelTraits(argument, keep, None, masks_reason, traits.kinds)
+    return traits
+
+
+def _static_reason(model: Any) -> Optional[str]:
+    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
+        return "it is an encoder-decoder model"
+    return no_dynamic_cache_reason(model)
+
+
+def _describe(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f"{type(error).__name__}: {text[:160]}"
+
+
+def _probe_ids(model: Any) -> torch.Tensor:
+    """Six fixed token ids within the model's vocabulary, on its device."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 2:
+        embeddings = model.get_input_embeddings()
+        vocab = embeddings.weight.shape[0]
+    device = _device(model)
+    return torch.tensor([[(37 * i + 11) % vocab for i in range(6)]], dtype=torch.long, device=device)
+
+
+def _device(model: Any) -> torch.device:
+    device = getattr(model, "device", None)
+    if isinstance(device, torch.device):
+        return device
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+def _named_first(model: Any) -> Tuple[str, ...]:
+    """CACHE_ARGUMENTS, the one the forward's signature names first (a
+    hint for the order of the tries, nothing more)."""
     try:
         params = inspect.signature(model.forward).parameters
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if "past_key_values" in params:
-        return None
-    var_keyword = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    # transformers' models name past_key_values when they take it (their
-    # **kwargs are for attention/loss options); a wrapper's **kwargs may
-    # pass it on, and the check after the prefill sees if it does not
-    if not var_keyword or _is_transformers_model(model):
-        return "its forward() takes no past_key_values (the model keeps no KV cache)"
+    except (TypeError, ValueError, AttributeError):
+        return CACHE_ARGUMENTS
+    return tuple(sorted(CACHE_ARGUMENTS, key=lambda name: name not in params))
+
+
+def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], bool]:
+    """(the cache keyword that works, whether logits_to_keep trims) from
+    forwards over 3 tokens into a fresh cache."""
+    from transformers import DynamicCache
+
+    tokens = ids[:, :3]
+    base = {"input_ids": tokens, "attention_mask": torch.ones_like(tokens),
+            "position_ids": torch.arange(3, device=tokens.device)[None], "use_cache": True}
+    for name in _named_first(model):
+        for keep in (True, False):
+            cache = DynamicCache()
+            inputs = {**base, name: cache, **({"logits_to_keep": 1} if keep else {})}
+            try:
+                out = model(**inputs)
+            except TypeError:
+                continue
+            if cache.get_seq_length() != 3:
+                break  # this keyword is not the cache's
+            return name, keep and out.logits.shape[1] == 1
+    return None, False
+
+
+#: Probe logits agree when they differ by at most this share of the
+#: largest logit (float32; half precision rounds a wider forward otherwise).
+PROBE_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-6}
+HALF_TOLERANCE = 5e-2
+
+
+def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Optional[str]:
+    """None when 4D masks give the logits of plain decoding; else what
+    differed. On tokens a b c d e (x: a decoy): a reference forward over
+    a..e; then a b, then a tree [x | c -> d] (x and c siblings at position
+    2), then e with x left as a hole, then e again after the path c d is
+    gathered; then a left-padded batch of two rows at their own
+    positions."""
+    model = adapter.model
+    reference = adapter.forward_rows(ids[:, :5], _positions(0, 5, ids), torch.ones_like(ids[:, :5]), 5,
+                                     cache=_fresh_cache(model))[0]
+    tolerance = PROBE_TOLERANCE.get(reference.dtype, HALF_TOLERANCE) * max(1.0, float(reference.abs().max()))
+
+    def differs(got: torch.Tensor, rows: slice) -> bool:
+        return bool((got.float() - reference[rows].float()).abs().max() > tolerance)
+
+    adapter.cache, adapter.cached = _fresh_cache(model), 0
+    adapter.forward_rows(ids[:, :2], _positions(0, 2, ids), torch.ones_like(ids[:, :2]), 1)
+    a, b, c, d, e, x = ids[0].tolist()
+    tree = torch.tensor([[x, c, d]], device=ids.device)
+    tree_positions = torch.tensor([[2, 2, 3]], device=ids.device)
+    key_positions = torch.tensor([[0, 1, 2, 2, 3]], device=ids.device)
+    allowed = torch.tensor([[[1, 1, 1, 0, 0], [1, 1, 0, 1, 0], [1, 1, 0, 1, 1]]], dtype=torch.bool,
+                           device=ids.device)
+    got = adapter.forward_rows(tree, tree_positions, adapter.masks(allowed, key_positions, tree_positions), 2)
+    if differs(got[0], slice(2, 4)):
+        return "a token tree's nodes get other logits than plain decoding"
+    hole = torch.tensor([[[1, 1, 0, 1, 1, 1]]], dtype=torch.bool, device=ids.device)
+    e_position = torch.tensor([[4]], device=ids.device)
+    got = adapter.forward_rows(ids[:, 4:5], e_position,
+                               adapter.masks(hole, torch.tensor([[0, 1, 2, 2, 3, 4]], device=ids.device),
+                                             e_position), 1)
+    if differs(got[0], slice(4, 5)):
+        return "a hole in the cache (a batch row's rejected draft) changes the logits of the tokens after it"
+    adapter.truncate_cache(5)
+    adapter.keep_cache(3, [1, 2])
+    seen = torch.ones((1, 1, 5), dtype=torch.bool, device=ids.device)
+    got = adapter.forward_rows(ids[:, 4:5], e_position,
+                               adapter.masks(seen, torch.arange(5, device=ids.device)[None], e_position), 1)
+    if differs(got[0], slice(4, 5)):
+        return "a gathered tree path changes the logits of the tokens after it"
+    return _check_padded_batch(adapter, ids, differs)
+
+
+def _check_padded_batch(adapter: "TransformersAdapter", ids: torch.Tensor, differs: Any) -> Optional[str]:
+    """Row 0: a..e; row 1: a pad slot, then a..d; each at its own positions
+    under a 4D mask: their last logits are plain decoding's."""
+    adapter.cache, adapter.cached = _fresh_cache(adapter.model), 0
+    rows = torch.cat([ids[:, :5], torch.cat([ids[:, 5:6], ids[:, :4]], dim=1)])
+    positions = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 1, 2, 3]], device=ids.device)
+    valid = torch.tensor([[1, 1, 1, 1, 1], [0, 1, 1, 1, 1]], dtype=torch.bool, device=ids.device)
+    causal = torch.ones((5, 5), dtype=torch.bool, device=ids.device).tril()
+    allowed = causal[None] & valid[:, None, :]
+    got = adapter.forward_rows(rows, positions, adapter.masks(allowed, positions, positions), 1)
+    if differs(got[0], slice(4, 5)) or differs(got[1], slice(3, 4)):
+        return "rows at their own positions under a 4D mask get other logits than each row alone"
     return None
 
+
+def _positions(start: int, end: int, ids: torch.Tensor) -> torch.Tensor:
+    return torch.arange(start, end, device=ids.device)[None]
+
+
+def _fresh_cache(model: Any) -> Any:
+    return OwnedCache(8, config=model.config, keep_sliding=True)
+
+
+# --------------------------------------------------------------- the adapter
 
 class TransformersAdapter:
     """A transformers causal LM and the KV cache it fills, for one generation.
 
-    ``cache`` is an empty transformers cache with ``crop`` (a DynamicCache).
-    The adapter counts what the cache holds (``cached``); after the first
-    forward it checks that the model filled the cache it was given, and
-    with ``check_cache`` after every truncation that the cache holds
-    exactly the tokens the step kept.
+    ``cache`` is an empty transformers cache with ``crop`` (an OwnedCache
+    for trees and batches). The adapter counts the cache's slots
+    (``cached``); after the first forward it checks that the model filled
+    the cache it was given, and with ``check_cache`` after every
+    truncation that the cache holds exactly the slots the step kept.
     """
 
     def __init__(self, model: Any, cache: Any, linear_kernel: str = "auto",
-                 check_cache: bool = False) -> None:
+                 check_cache: bool = False, traits: Optional[ModelTraits] = None) -> None:
         self.model = model
         self.cache = cache
         self.cached = 0
         self.forwards = 0
         self.check_cache = check_cache
-        self._kernel = LinearKernel(model, linear_kernel)
-        self._wants_cache_position = _forward_accepts(model, "cache_position")
-        self._wants_logits_to_keep = _forward_accepts(model, "logits_to_keep")
+        self.traits = traits if traits is not None else model_traits(model)
+        if self.traits.reason is not None:
+            raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {self.traits.reason}")
+        self.dtype = _model_dtype(model)
+        self._kernel_mode = linear_kernel
+        self._kernel: Optional[LinearKernel] = None
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
 
@@ -84,45 +276,82 @@ class TransformersAdapter:
     def kernels(self) -> Iterator[None]:
         """The kernel choices of the run: the model's linear layers on the
         chosen matrix product, grouped-query attention over shared heads."""
+        if self._kernel is None:
+            self._kernel = LinearKernel(self.model, self._kernel_mode)
         with self._kernel.routing(), shared_kv_heads():
             yield
 
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                keep_last: int) -> torch.Tensor:
+    # -- forwards ------------------------------------------------------------
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: Any, keep_last: int) -> torch.Tensor:
         """Logits [keep_last, V] of the last ``keep_last`` of ``ids`` ([1, m],
-        the tokens after the cached ones), whose positions are
-        ``positions`` ([1, m]) and whose attention mask over the whole
-        sequence so far is ``mask`` ([1, cached + m]). The cache then holds
-        cached + m tokens."""
+        the tokens after the cached ones); see :meth:`forward_rows`."""
+        return self.forward_rows(ids, positions, mask, keep_last)[0]
+
+    def forward_rows(self, ids: torch.Tensor, positions: torch.Tensor, mask: Any, keep_last: int,
+                     cache: Any = None) -> torch.Tensor:
+        """Logits [b, keep_last, V] of the last ``keep_last`` tokens of each
+        row of ``ids`` ([b, m], after the cached slots), whose positions
+        are ``positions`` ([b, m]); ``mask`` is a 2D padding mask over all
+        slots ([b, cached + m]: transformers builds the causal masks) or
+        what :meth:`masks` made. The cache then holds cached + m slots.
+        ``cache``: another cache to fill instead (a probe's)."""
+        traits = self.traits
         m = ids.shape[1]
         inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
-                  "past_key_values": self.cache, "use_cache": True}
-        if self._wants_cache_position:
-            inputs["cache_position"] = torch.arange(self.cached, self.cached + m, device=ids.device)
-        if self._wants_logits_to_keep:
+                  traits.cache_argument: self.cache if cache is None else cache, "use_cache": True}
+        if traits.logits_to_keep:
             inputs["logits_to_keep"] = keep_last
         out = self.model(**inputs)
+        if cache is not None:
+            return out.logits[:, -keep_last:]
         if self.forwards == 0:
-            self._check_prefill(out, self.cached + m)
+            self._check_filled(self.cached + m)
         self.forwards += 1
         self.cached += m
-        return out.logits[0, -keep_last:]
+        return out.logits[:, -keep_last:]
 
+    def masks(self, allowed: torch.Tensor, key_positions: torch.Tensor,
+              query_positions: torch.Tensor) -> Union[torch.Tensor, Dict[str, torch.Tensor]]:
+        """The attention mask(s) of a forward whose queries ([b, q], at
+        ``query_positions``) see the keys ``allowed`` says ([b, q, cached +
+        q] bool; every key at ``key_positions`` [b, cached + q]), each
+        sliding-window layer's window applied (pld.attention_masks)."""
+        return layer_masks(allowed, key_positions, query_positions, self.traits.kinds, self.dtype)
+
+    # -- the cache -----------------------------------------------------------
     def truncate_cache(self, n: int) -> None:
-        """Keep the first ``n`` cached tokens (n <= cached)."""
+        """Keep the first ``n`` cached slots (n <= cached)."""
         drop = self.cached - n
-        if drop > 0:
+        if drop > 0:  # (crop(0) empties a 4.57 cache)
             self.cache.crop(-drop)
         self.cached = n
         self._check_held(n)
 
     def keep_cache(self, m: int, offsets: list) -> None:
-        """Of the newest ``m`` cached tokens keep those at ``offsets``
+        """Of the newest ``m`` cached slots keep those at ``offsets``
         (increasing), moved after the older ones: a token tree's accepted
         path (the cache needs ``keep_last``: pld.kv_cache.OwnedCache)."""
         self.cache.keep_last(m, offsets)
         self.cached = self.cached - m + len(offsets)
         self._check_held(self.cached)
+
+    def select_rows(self, index: torch.Tensor) -> None:
+        """Keep the batch rows at ``index`` (finished rows leave)."""
+        self.cache.batch_select_indices(index)
+
+    def gather_slots(self, index: torch.Tensor) -> None:
+        """Row r's new slot j is its old slot ``index[r, j]`` ([b, width]):
+        the cache then holds ``width`` slots."""
+        width = index.shape[1]
+        for layer in self.cache.layers:
+            k, v = layer.keys, layer.values
+            if k is None or k.dim() != 4:
+                continue
+            where = index[:, None, :, None]
+            layer.keys = torch.gather(k, 2, where.expand(k.shape[0], k.shape[1], width, k.shape[3]))
+            layer.values = torch.gather(v, 2, where.expand(v.shape[0], v.shape[1], width, v.shape[3]))
+        self.cached = width
+        self._check_held(width)
 
     def _check_held(self, n: int) -> None:
         if self.check_cache:
@@ -131,18 +360,24 @@ class TransformersAdapter:
                 raise RuntimeError(f"pld: after a step the KV cache holds {held} tokens, the loop "
                                    f"counts {n} cached tokens")
 
-    def _check_prefill(self, out: Any, expected: int) -> None:
+    def _check_filled(self, expected: int) -> None:
         """After the first forward the cache must hold every token fed to it: a
-        model that ignores ``past_key_values`` (or keeps its own cache) would
+        model that ignores the cache it is given (or keeps its own) would
         otherwise see only the newest tokens in the next step."""
-        name = type(self.model).__name__
-        if getattr(out, "past_key_values", None) is None:
-            raise ValueError(
-                f"model: {name} returned no past_key_values from its forward; pld's loop needs a model "
-                "that fills the KV cache it is given (use plain model.generate() for this model)")
         held = self.cache.get_seq_length()
         if held != expected:
+            name = type(self.model).__name__
             raise ValueError(
-                f"model: {name} did not fill the KV cache passed as past_key_values (it holds {held} "
-                f"tokens after a forward over {expected}); pld's loop needs a model that uses the cache "
-                "it is given (use plain model.generate() for this model)")
+                f"model: {name} did not fill the KV cache passed as {self.traits.cache_argument} (it holds "
+                f"{held} tokens after a forward over {expected}); pld's loop needs a model that uses the "
+                "cache it is given (use plain model.generate() for this model)")
+
+
+def _model_dtype(model: Any) -> torch.dtype:
+    dtype = getattr(model, "dtype", None)
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return dtype
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.float32

@@ -58,6 +58,11 @@ from typing import Any, Optional, Sequence, Tuple, Union
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+try:
+    from transformers.cache_utils import DynamicSlidingWindowLayer as _SLIDING_LAYER
+except ImportError:  # pragma: no cover - a release without it has no sliding layers to keep
+    _SLIDING_LAYER = type("NoSlidingLayer", (), {})
+
 from .config import check_size
 
 logger = logging.getLogger("pld")
@@ -272,21 +277,25 @@ class OwnedCache(DynamicCache):
     the model's config; when given the layers are made up front, and a
     config with any layer that is not full attention (sliding window,
     chunked, linear, shared) is a ValueError -- use :func:`cache_for` to
-    fall back instead. Without it the layers appear as the model updates
-    them (like ``DynamicCache()``).
+    fall back instead. ``keep_sliding=True`` accepts sliding-window layers
+    and keeps every position of them too: the caller's attention masks
+    must then apply each window (pld.attention_masks does). Without a
+    config the layers appear as the model updates them (like
+    ``DynamicCache()``).
 
     Beyond the Cache interface: :meth:`keep_last` (keep a subset of the
     newest positions), :meth:`reserve` and :attr:`capacity`. ``crop`` is
     O(1); ``reset`` empties the cache and keeps its buffers.
     """
 
-    def __init__(self, capacity: int = DEFAULT_CAPACITY, config: Any = None) -> None:
+    def __init__(self, capacity: int = DEFAULT_CAPACITY, config: Any = None,
+                 keep_sliding: bool = False) -> None:
         capacity = _check_capacity(capacity)
         if config is not None:
-            reason, count = _full_attention_layers(config)
+            reason, kinds = attention_layout(config, keep_sliding)
             if reason is not None:
                 raise ValueError(f"OwnedCache cannot serve this model: {reason}")
-            Cache.__init__(self, layers=[OwnedLayer(capacity) for _ in range(count)])
+            Cache.__init__(self, layers=[OwnedLayer(capacity) for _ in kinds])
         else:
             Cache.__init__(self, layer_class_to_replicate=functools.partial(OwnedLayer, capacity))
 
@@ -346,23 +355,39 @@ class OwnedCache(DynamicCache):
             layer.keep_last(m, index, count)
 
 
-def _full_attention_layers(config: Any) -> Tuple[Optional[str], int]:
-    """(None, layer count) when transformers would give every layer of the
-    model a plain ``DynamicLayer``; (why not, 0) otherwise."""
+#: A layer's attention kind as transformers' models name their masks.
+FULL, SLIDING = "full_attention", "sliding_attention"
+
+
+def attention_layout(config: Any, keep_sliding: bool = False
+                     ) -> Tuple[Optional[str], Tuple[Tuple[str, Optional[int]], ...]]:
+    """(None, one (kind, window) a layer) when transformers would give every
+    layer of the model a plain ``DynamicLayer`` (kind FULL, window None) --
+    or, with ``keep_sliding``, a ``DynamicSlidingWindowLayer`` (SLIDING and
+    its window) too; (why not, ()) otherwise. Read from the cache
+    transformers itself lays out for the config."""
     if getattr(config, "is_encoder_decoder", False):
-        return "it is an encoder-decoder model (its cache has a cross-attention part)", 0
+        return "it is an encoder-decoder model (its cache has a cross-attention part)", ()
     try:
         probe = DynamicCache(config=config)
     except Exception as error:  # noqa: BLE001 - a config transformers cannot read: its own cache decides
-        return f"transformers could not lay out a cache from its config ({type(error).__name__}: {error})", 0
-    kinds = [type(layer).__name__ for layer in probe.layers]
+        return f"transformers could not lay out a cache from its config ({type(error).__name__}: {error})", ()
+    kinds = []
+    for layer in probe.layers:
+        window = getattr(layer, "sliding_window", None) if keep_sliding else None
+        if type(layer) is DynamicLayer:
+            kinds.append((FULL, None))
+        elif type(layer) is _SLIDING_LAYER and isinstance(window, int) and window > 0:
+            kinds.append((SLIDING, window))
+        else:
+            kinds.append((type(layer).__name__, None))
     if not kinds:
-        return "its config names no attention layers", 0
-    others = sorted({k for k in kinds if k != DynamicLayer.__name__})
+        return "its config names no attention layers", ()
+    others = sorted({k for k, _ in kinds if k not in (FULL, SLIDING)})
     if others:
         return (f"not every layer is full attention: transformers gives it {', '.join(others)} "
-                f"({sum(k != DynamicLayer.__name__ for k in kinds)} of {len(kinds)} layers)"), 0
-    return None, len(kinds)
+                f"({sum(k not in (FULL, SLIDING) for k, _ in kinds)} of {len(kinds)} layers)"), ()
+    return None, tuple(kinds)
 
 
 def no_dynamic_cache_reason(model: Any) -> Optional[str]:
@@ -380,28 +405,30 @@ def no_dynamic_cache_reason(model: Any) -> Optional[str]:
     return None
 
 
-def unsupported_reason(model: Any) -> Optional[str]:
+def unsupported_reason(model: Any, keep_sliding: bool = False) -> Optional[str]:
     """Why :class:`OwnedCache` cannot serve ``model``, or None when it can
-    (a decoder-only transformers model whose layers are all full attention,
-    with a default dynamic cache)."""
+    (a decoder-only transformers model whose layers are all full attention
+    -- or sliding-window attention, with ``keep_sliding`` -- with a default
+    dynamic cache)."""
     reason = no_dynamic_cache_reason(model)
     if reason is not None:
         return reason
     config = getattr(model, "config", None)
     if config is None:
         return "it has no config"
-    return _full_attention_layers(config)[0]
+    return attention_layout(config, keep_sliding)[0]
 
 
-def cache_for(model: Any, capacity: int = DEFAULT_CAPACITY) -> Cache:
+def cache_for(model: Any, capacity: int = DEFAULT_CAPACITY, keep_sliding: bool = False) -> Cache:
     """An empty cache for ``model``: an :class:`OwnedCache` when it can
-    serve the model, transformers' ``DynamicCache(config=model.config)``
-    otherwise (the reason is logged at INFO on the ``pld`` logger, and
+    serve the model (``keep_sliding``: see :class:`OwnedCache`),
+    transformers' ``DynamicCache(config=model.config)`` otherwise (the
+    reason is logged at INFO on the ``pld`` logger, and
     :func:`unsupported_reason` returns it)."""
     capacity = _check_capacity(capacity)
-    reason = unsupported_reason(model)
+    reason = unsupported_reason(model, keep_sliding)
     if reason is None:
-        return OwnedCache(capacity, config=model.config)
+        return OwnedCache(capacity, config=model.config, keep_sliding=keep_sliding)
     logger.info("pld: using transformers' DynamicCache for %s: %s", type(model).__name__, reason)
     config = getattr(model, "config", None)
     try:

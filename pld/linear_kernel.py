@@ -164,7 +164,11 @@ def measure(layers: List[nn.Linear], repeats: int = 3) -> Tuple[float, float]:
     """(torch, oneDNN): seconds for one pass over ``layers`` at every width
     in WIDTHS with each product, the best of ``repeats`` after a warm-up,
     the two alternating. A pass reads every weight as a forward does."""
-    inputs = {(w, m.in_features): torch.randn(1, w, m.in_features) for w in WIDTHS for m in layers}
+    # a private generator: torch's global RNG state is the caller's (a
+    # seeded sampling run must repeat whether or not this ran first)
+    gen = torch.Generator().manual_seed(0)
+    inputs = {(w, m.in_features): torch.randn(1, w, m.in_features, generator=gen)
+              for w in WIDTHS for m in layers}
     kernels = {"torch": lambda x, m: F.linear(x, m.weight, m.bias),
                "onednn": lambda x, m: _OP(x, m.weight, m.bias, "none", [], "")}
     best = {name: float("inf") for name in kernels}

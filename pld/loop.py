@@ -15,7 +15,7 @@ import torch
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
 from .decoder import Decoder, LoopResult, LoopStats, StepRecord
 from .tree_decoder import TreeDecoder
-from .hf_adapter import TransformersAdapter, cache_blocker
+from .hf_adapter import TransformersAdapter, cache_blocker, model_traits
 
 logger = logging.getLogger("pld")
 
@@ -45,19 +45,27 @@ def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
     from .kv_cache import cache_for
 
     room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.num_pred_tokens + 1
-    return cache_for(model, capacity=prompt_len + room)
+    # a tree keeps sliding-window layers whole (its masks apply the windows)
+    return cache_for(model, capacity=prompt_len + room, keep_sliding=config.draft_tree)
 
 
 def tree_blocker(model: Any, cache: Any) -> Optional[str]:
     """Why a token tree cannot be verified with this model and cache, or
     None: the tree needs a cache that gathers the accepted path
-    (``keep_last``) and an attention that takes a 4D mask."""
+    (``keep_last``), an attention that takes a 4D mask, and a model whose
+    logits under pld's 4D masks were found to be plain decoding's."""
     if not callable(getattr(cache, "keep_last", None)):
         return f"its cache ({type(cache).__name__}) cannot keep a tree's accepted path"
+    return masks_blocker(model)
+
+
+def masks_blocker(model: Any) -> Optional[str]:
+    """Why pld's 4D masks (trees, batches with holes) cannot serve
+    ``model`` exactly, or None."""
     attn = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"
     if attn not in ("eager", "sdpa"):
         return f"its attention implementation ({attn}) takes no 4D attention mask"
-    return None
+    return model_traits(model).custom_masks
 
 
 def resolve_config(model: Any, config: Optional[DecodeConfig], options: dict) -> DecodeConfig:
@@ -136,22 +144,56 @@ def run_batch(
     Returns (sequences [B, L + longest output] with shorter rows filled
     with ``pad_token_id``, each row's new tokens, stats). Every row's
     tokens are those of greedy decoding of that row alone (float32);
-    sampling keeps each row's distribution."""
+    sampling keeps each row's distribution. A model whose logits pld's 4D
+    masks would change (:func:`masks_blocker`) has its rows decoded one at
+    a time instead, exactly, with a warning."""
     from .batch_decoder import BatchDecoder, check_left_padded
     from .kv_cache import cache_for
 
     config = resolve_config(model, config, options)
-    check_left_padded(input_ids, attention_mask)
-    if cache is None:
-        cache = cache_for(model, capacity=input_ids.shape[1] + 2 * (config.num_pred_tokens + 1)
-                          + min(config.max_new_tokens, 1 << 10))
+    mask = check_left_padded(input_ids, attention_mask)
     if pad_token_id is None:
         pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-    decoder = BatchDecoder(model, cache, input_ids, config, attention_mask=attention_mask,
+    reason = masks_blocker(model)
+    if reason is not None:
+        logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", input_ids.shape[0],
+                       type(model).__name__, reason)
+        return _rows_one_at_a_time(model, input_ids, mask, config, logits_processor or (),
+                                   stopping_criteria or (), pad_token_id)
+    if cache is None:
+        cache = cache_for(model, capacity=input_ids.shape[1] + 2 * (config.num_pred_tokens + 1)
+                          + min(config.max_new_tokens, 1 << 10), keep_sliding=True)
+    adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
+    decoder = BatchDecoder(adapter, input_ids, config, attention_mask=attention_mask,
                            logits_processor=logits_processor or (),
                            stopping_criteria=stopping_criteria or (), pad_token_id=pad_token_id)
-    kernel = TransformersAdapter(model, cache, config.linear_kernel)
-    with kernel.kernels():
+    with adapter.kernels():
         while decoder.step():
             pass
     return decoder.sequences(), [list(n) for n in decoder.new], decoder.stats
+
+
+def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor, config: DecodeConfig,
+                        processors: Sequence[Any], criteria: Sequence[Any], pad_token_id: Optional[int]
+                        ) -> Tuple[torch.Tensor, List[List[int]], LoopStats]:
+    """The batch's rows, each by :func:`run` with its left padding (as
+    batched generate shows a row to processors and criteria); the
+    processors set up for the whole batch see each row at its index."""
+    from .batch_decoder import in_batch
+
+    B, L = input_ids.shape
+    new: List[List[int]] = []
+    stats = LoopStats()
+    for r in range(B):
+        result = run(model, input_ids[r:r + 1], config, attention_mask=mask[r:r + 1].long(),
+                     logits_processor=[in_batch(p, B, r) for p in processors], stopping_criteria=criteria)
+        new.append(result.sequences[0, L:].tolist())
+        for name in ("steps", "new_tokens", "proposed_tokens", "accepted_draft_tokens", "forward_seconds",
+                     "total_seconds"):
+            setattr(stats, name, getattr(stats, name) + getattr(result.stats, name))
+    pad = pad_token_id if pad_token_id is not None else (min(config.eos_token_id) if config.eos_token_id else 0)
+    longest = max(len(n) for n in new)
+    tail = torch.full((B, longest), pad, dtype=torch.long, device=input_ids.device)
+    for r, tokens in enumerate(new):
+        tail[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+    return torch.cat([input_ids, tail], dim=1), new, stats

@@ -31,6 +31,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from .attention_masks import additive
+
 #: Buckets of the acceptance model: source 0 (the model's own successors,
 #: pld.successors; "support" is then the successor's rank 1, 2, 3+) or
 #: n-gram size 1, 2, 3+; support 1, 2, 3+; depth 1, 2, 3-4, 5-8, 9+; and
@@ -366,13 +368,13 @@ def local_parents(tree: TokenTree, chosen: Sequence[int]) -> List[int]:
     return [where[tree.parents[j]] if tree.parents[j] >= 0 else -1 for j in chosen]
 
 
-def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parents: Sequence[int],
-                   dtype: torch.dtype) -> torch.Tensor:
-    """The additive [1, 1, pending + W, cached + pending + W] mask of a
-    tree forward: the pending tokens see the context causally; node i sees
-    the context (all ``cached + pending`` tokens), its ancestors and itself.
-    ``context_mask`` ([cached + pending], 0 = padding) blocks padded
-    columns for every row. 0 where attended, the dtype's minimum elsewhere."""
+def tree_visibility(context_mask: torch.Tensor, cached: int, pending: int,
+                    parents: Sequence[int]) -> torch.Tensor:
+    """Which keys each query of a tree forward sees: bool [pending + W,
+    cached + pending + W]. The pending tokens see the context causally;
+    node i sees the context (all ``cached + pending`` tokens), its
+    ancestors and itself. ``context_mask`` ([cached + pending], 0 =
+    padding) blocks padded columns for every row."""
     w = len(parents)
     cur = cached + pending
     q = pending + w
@@ -386,9 +388,15 @@ def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parent
             ancestors[i] = ancestors[parent]
         ancestors[i, i] = True
     allowed[:, :cur] &= context_mask.to(torch.bool)[None, :cur]
-    mask = torch.zeros((q, cur + w), dtype=dtype)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[None, None]
+    return allowed
+
+
+def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parents: Sequence[int],
+                   dtype: torch.dtype) -> torch.Tensor:
+    """:func:`tree_visibility` as the additive [1, 1, q, K] mask of a model
+    whose layers are all full attention: 0 where attended, the dtype's
+    minimum elsewhere."""
+    return additive(tree_visibility(context_mask, cached, pending, parents), dtype)[None, None]
 
 
 def walk(tree: TokenTree, chosen: Sequence[int], pick) -> Tuple[List[int], List[int]]:

@@ -42,8 +42,8 @@ from . import _core, forward_cost
 from .config import MAX_TREE_WIDTH
 from .decoder import Decoder
 from .successors import SuccessorTable
-from .token_tree import (EXPLORATION, AcceptanceModel, TokenTree, attention_mask, choose, graft,
-                         local_parents, parent_tokens, walk, with_subtree)
+from .token_tree import (EXPLORATION, AcceptanceModel, TokenTree, choose, graft, local_parents,
+                         parent_tokens, tree_visibility, walk, with_subtree)
 
 #: How many of a node's remembered successors a tree offers, by the node's
 #: depth (the root at 0); deeper nodes get none.
@@ -156,7 +156,7 @@ class TreeDecoder(Decoder):
         adapter, buf = self.model, self.buf
         a, cur = adapter.cached, self.cur
         pending = cur - a
-        dtype = _model_dtype(adapter.model)
+        dtype = adapter.dtype
         top = min(MAX_TREE_WIDTH, self.config.tree_width) + pending
         widths = [w for w in forward_cost.WIDTHS if pending <= w < top] + [top]
         if widths[0] != 1:
@@ -166,11 +166,8 @@ class TreeDecoder(Decoder):
             nodes = max(w - pending, 0)
             chain = list(range(-1, nodes - 1))
             ids = torch.cat([buf.ids[:, a:cur], buf.ids[:, cur - 1:cur].expand(1, nodes)], dim=1)
-            positions = torch.cat([buf.positions[:, a:cur],
-                                   buf.positions[:, cur - 1:cur] + torch.arange(1, nodes + 1)[None]
-                                   ], dim=1)
-            mask = attention_mask(buf.mask[0, :cur], a, pending, chain, dtype)
-            adapter.forward(ids[:, :max(w, pending)], positions[:, :max(w, pending)], mask, 1)
+            depths = torch.arange(1, nodes + 1, device=buf.positions.device)
+            adapter.forward(ids, *self._tree_inputs(chain, depths), 1)
             adapter.truncate_cache(a)
 
         key = (forward_cost.size_class(cur), str(dtype), buf.ids.device.type,
@@ -203,20 +200,27 @@ class TreeDecoder(Decoder):
         one row per chosen node."""
         if not chosen:
             return self.verify(0)
-        adapter, buf = self.model, self.buf
-        a, cur = adapter.cached, self.cur
-        pending = cur - a
+        buf = self.buf
         device = buf.ids.device
         tokens = torch.tensor([tree.tokens[j] for j in chosen], dtype=torch.long, device=device)
         depths = torch.tensor([tree.depths[j] for j in chosen], dtype=buf.positions.dtype,
                               device=device)
-        ids = torch.cat([buf.ids[:, a:cur], tokens[None]], dim=1)
-        positions = torch.cat([buf.positions[:, a:cur], buf.positions[:, cur - 1:cur] + depths[None]],
-                              dim=1)
-        mask = attention_mask(buf.mask[0, :cur].cpu(), a, pending, local_parents(tree, chosen),
-                              _model_dtype(adapter.model)).to(device)
+        ids = torch.cat([buf.ids[:, self.model.cached:self.cur], tokens[None]], dim=1)
+        positions, mask = self._tree_inputs(local_parents(tree, chosen), depths)
         self._t_forward = time.perf_counter()
-        return adapter.forward(ids, positions, mask, len(chosen) + 1)
+        return self.model.forward(ids, positions, mask, len(chosen) + 1)
+
+    def _tree_inputs(self, parents: Sequence[int], depths: torch.Tensor) -> Tuple[torch.Tensor, Any]:
+        """(positions [1, pending + W], the attention mask(s)) of a forward
+        over the pending tokens and W nodes (``parents`` local, -1: the
+        root; ``depths`` from 1) after the cached context."""
+        buf = self.buf
+        a, cur = self.model.cached, self.cur
+        nodes = buf.positions[:, cur - 1:cur] + depths[None]
+        positions = torch.cat([buf.positions[:, a:cur], nodes], dim=1)
+        allowed = tree_visibility(buf.mask[0, :cur].cpu(), a, cur - a, parents).to(buf.ids.device)
+        keys = torch.cat([buf.positions[:, :cur], nodes], dim=1)
+        return positions, self.model.masks(allowed[None], keys, positions)
 
     # -- accept ------------------------------------------------------------
     def accept_tree(self, tree: Optional[TokenTree], chosen: Sequence[int], logits: torch.Tensor
@@ -294,13 +298,3 @@ class TreeDecoder(Decoder):
 
 # Every node pays (the prefill's tree).
 _NO_BUDGET = forward_cost.ForwardCost([1, 2], [1.0, 1.0])
-
-
-def _model_dtype(model: Any) -> torch.dtype:
-    dtype = getattr(model, "dtype", None)
-    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
-        return dtype
-    for p in model.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.float32

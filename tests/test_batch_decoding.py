@@ -92,7 +92,7 @@ def test_batch_top_k_1_sampling_is_greedy_per_row():
 def test_batch_processors_and_stopping_criteria_per_row():
     import torch
     from transformers import (LogitsProcessorList, MaxLengthCriteria, RepetitionPenaltyLogitsProcessor,
-                              StoppingCriteriaList)
+                              StoppingCriteria, StoppingCriteriaList)
 
     import pld
 
@@ -100,19 +100,38 @@ def test_batch_processors_and_stopping_criteria_per_row():
     rng = random.Random("batch-proc")
     prompts = [mf.repeated_prompt(rng) for _ in range(3)]
     ids, mask = _batch(prompts)
+    # a processor of the caller's sees each row as batched generate shows it
+    # (left padding included); generate's own repetition_penalty skips the
+    # padding (a per-row prompt_ignore_length set up for the whole batch)
+    penalty = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)])
     gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=20, eos_token_id=None,
-                       logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.5)]),
-                       cost_aware=False)
-    for p, row in zip(prompts, gen.new_tokens):
+                       logits_processor=penalty, cost_aware=False)
+    with torch.no_grad():
+        batched = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20,
+                                 eos_token_id=None, pad_token_id=mf.PAD, logits_processor=penalty)
+    assert gen.sequences.tolist() == batched.tolist()
+    with pld.enabled(cost_aware=False):
+        with torch.no_grad():
+            out = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=20,
+                                 eos_token_id=None, pad_token_id=mf.PAD, repetition_penalty=1.5,
+                                 prompt_lookup_num_tokens=5)
+    for p, row in zip(prompts, out[:, ids.shape[1]:].tolist()):
         assert row == mf.greedy(model, mf.as_ids(p), 20, repetition_penalty=1.5)
-    # a criterion on each row's own length: rows stop at different steps
-    stop = StoppingCriteriaList([MaxLengthCriteria(max_length=len(prompts[0]) + 5)])
+    # a criterion on each row's own tokens: rows stop at different steps
+    # (criteria too see each row as batched generate shows it)
+    first = mf.greedy(model, mf.as_ids(prompts[0]), 20)
+
+    class StopAt(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return input_ids[:, -1] == first[6]
+
+    stop = StoppingCriteriaList([StopAt(), MaxLengthCriteria(max_length=ids.shape[1] + 20)])
     gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=20, eos_token_id=None,
                        stopping_criteria=stop, cost_aware=False)
     for p, row in zip(prompts, gen.new_tokens):
-        want = max(0, len(prompts[0]) + 5 - len(p))
-        assert row == mf.greedy(model, mf.as_ids(p), 20)[:max(want, 1)]
-    del torch
+        alone = mf.greedy(model, mf.as_ids(p), 20)
+        assert row == (alone[:alone.index(first[6]) + 1] if first[6] in alone else alone)
+    assert len({len(row) for row in gen.new_tokens}) > 1
 
 
 def test_batch_of_one_row_equals_the_single_row_loop():

@@ -554,11 +554,12 @@ def test_use_cache_false_behaves_as_transformers(caplog):
     model = mf.tiny_model("llama")
     ids = mf.as_ids(_prompts("nocache", 1)[0])
     kw = dict(do_sample=False, max_new_tokens=8, prompt_lookup_num_tokens=4, use_cache=False)
-    with pytest.raises(ValueError) as plain_error, torch.no_grad():
+    # (a ValueError up to 5.23; 5.24 raises a RuntimeError)
+    with pytest.raises((ValueError, RuntimeError)) as plain_error, torch.no_grad():
         model.generate(ids, **kw)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="pld"):
-        with pytest.raises(ValueError) as pld_error, torch.no_grad(), pld.enabled():
+        with pytest.raises(type(plain_error.value)) as pld_error, torch.no_grad(), pld.enabled():
             model.generate(ids, **kw)
     assert str(pld_error.value) == str(plain_error.value)
     records = _pld_warnings(caplog)

@@ -34,21 +34,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _forwards(model, caches: Dict[str, object], prompt, reps: int) -> Dict[str, List[float]]:
     import torch
 
+    from pld.hf_adapter import model_traits
+
     vocab = model.config.vocab_size
-    times: Dict[str, List[float]] = {name: [] for name in caches}
+    name = model_traits(model).cache_argument  # past_key_values, or cache from transformers 5.24
+    times: Dict[str, List[float]] = {method: [] for method in caches}
     with torch.no_grad():
         for cache in caches.values():
-            model(prompt, past_key_values=cache, use_cache=True)
+            model(prompt, **{name: cache}, use_cache=True)
         for rep in range(reps + 2):  # two rounds of warm-up
-            names = list(caches) if rep % 2 == 0 else list(caches)[::-1]
-            for name in names:
-                cache = caches[name]
+            order = list(caches) if rep % 2 == 0 else list(caches)[::-1]
+            for method in order:
+                cache = caches[method]
                 n = cache.get_seq_length()
                 ids = torch.randint(100, vocab - 100, (1, 1))
                 t0 = time.perf_counter()
-                model(ids, past_key_values=cache, use_cache=True, position_ids=torch.tensor([[n]]))
+                model(ids, **{name: cache}, use_cache=True, position_ids=torch.tensor([[n]]))
                 if rep >= 2:
-                    times[name].append((time.perf_counter() - t0) * 1e3)
+                    times[method].append((time.perf_counter() - t0) * 1e3)
     return times
 
 

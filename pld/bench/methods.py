@@ -111,9 +111,12 @@ def _greedy_onednn(s: Setup) -> Generate:
 def _greedy_owncache(s: Setup) -> Generate:
     import torch
 
+    from pld.hf_adapter import model_traits
+
     def run(ids):
         with torch.no_grad():
-            return s.model.generate(ids, past_key_values=_owned_cache(s, ids), **s.greedy_kwargs())
+            cache_argument = model_traits(s.model).cache_argument  # past_key_values; cache from 5.24
+            return s.model.generate(ids, **{cache_argument: _owned_cache(s, ids)}, **s.greedy_kwargs())
     return run
 
 
