@@ -150,7 +150,7 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
         return "encoder-decoder models are not supported natively"
     no_cache = loop.cache_blocker(model)
     if no_cache is not None:
-        return f"{type(model).__name__} has no usable KV cache: {no_cache}"
+        return f"{type(model).__name__} cannot be served by pld's loop: {no_cache}"
     if input_ids.shape[0] != 1:
         if args.get("streamer") is not None:
             return f"a streamer with batch size {input_ids.shape[0]}"

@@ -91,7 +91,7 @@ def _probe(model: Any) -> ModelTraits:
         return ModelTraits(None, False, reason, reason)
     ids = _probe_ids(model)
     try:
-        argument, keep = _find_cache_argument(model, ids)
+        argument, keep, croppable = _find_cache_argument(model, ids)
     except Exception as error:  # noqa: BLE001 - any failure of the model's forward is a reason
         reason = f"its forward() failed on a 3-token probe ({_describe(error)})"
         return ModelTraits(None, False, reason, reason)
@@ -99,6 +99,10 @@ def _probe(model: Any) -> ModelTraits:
         reason = ("its forward() fills no KV cache it is given (tried the keywords "
                   f"{', '.join(CACHE_ARGUMENTS)}): the model keeps no usable KV cache")
         return ModelTraits(None, False, reason, reason)
+    if not croppable:
+        reason = ("its cache cannot be cropped back to the accepted tokens (a layer keeps a recurrent "
+                  "or convolutional state)")
+        return ModelTraits(argument, keep, reason, reason)
     layout_reason, kinds = attention_layout(model.config, keep_sliding=True)
     traits = ModelTraits(argument, keep, None, layout_reason, kinds or ((FULL, None),))
     if layout_reason is None:
@@ -150,26 +154,39 @@ def _named_first(model: Any) -> Tuple[str, ...]:
     return tuple(sorted(CACHE_ARGUMENTS, key=lambda name: name not in params))
 
 
-def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], bool]:
-    """(the cache keyword that works, whether logits_to_keep trims) from
-    forwards over 3 tokens into a fresh cache."""
-    from transformers import DynamicCache
-
+def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], bool, bool]:
+    """(the cache keyword that works, whether logits_to_keep trims, whether
+    the filled cache can be cropped) from forwards over 3 tokens into a
+    fresh cache."""
     tokens = ids[:, :3]
     base = {"input_ids": tokens, "attention_mask": torch.ones_like(tokens),
             "position_ids": torch.arange(3, device=tokens.device)[None], "use_cache": True}
     for name in _named_first(model):
         for keep in (True, False):
-            cache = DynamicCache()
+            cache = _model_cache(model)
             inputs = {**base, name: cache, **({"logits_to_keep": 1} if keep else {})}
             try:
                 out = model(**inputs)
-            except TypeError:
-                continue
+            except (TypeError, ValueError):  # an argument refused (bloom 4.57: a ValueError)
+                if keep:
+                    continue  # again without logits_to_keep
+                if name != _named_first(model)[-1]:
+                    break  # the other keyword
+                raise
             if cache.get_seq_length() != 3:
                 break  # this keyword is not the cache's
-            return name, keep and out.logits.shape[1] == 1
-    return None, False
+            return name, keep and out.logits.shape[1] == 1, getattr(cache, "is_croppable", True)
+    return None, False, False
+
+
+def _model_cache(model: Any) -> Any:
+    """An empty cache as transformers lays it out for the model."""
+    from transformers import DynamicCache
+
+    try:
+        return DynamicCache(config=model.config)
+    except Exception:  # noqa: BLE001 - a config transformers cannot read: its default cache
+        return DynamicCache()
 
 
 #: Probe logits agree when they differ by at most this share of the
@@ -233,6 +250,10 @@ def _check_padded_batch(adapter: "TransformersAdapter", ids: torch.Tensor, diffe
     got = adapter.forward_rows(rows, positions, adapter.masks(allowed, positions, positions), 1)
     if differs(got[0], slice(4, 5)) or differs(got[1], slice(3, 4)):
         return "rows at their own positions under a 4D mask get other logits than each row alone"
+    adapter.cache, adapter.cached = _fresh_cache(adapter.model), 0
+    got = adapter.forward_rows(rows, positions, valid.long(), 1)  # a batch's prefill: the 2D mask
+    if differs(got[0], slice(4, 5)) or differs(got[1], slice(3, 4)):
+        return "a left-padded row gets other logits than the row alone (its positions follow the padding)"
     return None
 
 
@@ -297,7 +318,8 @@ class TransformersAdapter:
         ``cache``: another cache to fill instead (a probe's)."""
         traits = self.traits
         m = ids.shape[1]
-        inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions,
+        # (a copy: some releases' models add an offset to position_ids in place)
+        inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": positions.clone(),
                   traits.cache_argument: self.cache if cache is None else cache, "use_cache": True}
         if traits.logits_to_keep:
             inputs["logits_to_keep"] = keep_last

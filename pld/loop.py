@@ -45,8 +45,10 @@ def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
     from .kv_cache import cache_for
 
     room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.num_pred_tokens + 1
-    # a tree keeps sliding-window layers whole (its masks apply the windows)
-    return cache_for(model, capacity=prompt_len + room, keep_sliding=config.draft_tree)
+    # sliding-window layers kept whole: transformers' masks (2D) and pld's
+    # (4D, trees) apply the windows, and a crop never loses a state
+    # (transformers 4.57's sliding layers cannot be cropped past the window)
+    return cache_for(model, capacity=prompt_len + room, keep_sliding=True)
 
 
 def tree_blocker(model: Any, cache: Any) -> Optional[str]:

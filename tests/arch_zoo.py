@@ -58,6 +58,7 @@ _NOT_DECODER_ONLY = frozenset({
     "bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
     "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "xlm",
     "xlm-roberta", "xlm-roberta-xl", "xlnet", "xmod", "reformer", "trocr", "moshi", "fuyu", "git",
+    "gemma4_unified",  # (its text model, gemma4_unified_text, is in the matrix)
 })
 
 
@@ -89,8 +90,11 @@ def tiny_config(model_type: str) -> Any:
                     setattr(target, name, value)
                 except (AttributeError, TypeError, ValueError):
                     pass
-        if "qk_rope_head_dim" in vars(target) and "head_dim" in vars(target):
-            target.head_dim = target.qk_rope_head_dim  # multi-head latent attention rotates that part
+        if "kv_lora_rank" in vars(target):  # multi-head latent attention: a head a query head
+            if "num_key_value_heads" in vars(target):
+                target.num_key_value_heads = HEADS
+            if "qk_rope_head_dim" in vars(target) and "head_dim" in vars(target):
+                target.head_dim = target.qk_rope_head_dim  # the rotated part
         for name, value in _TOKEN_IDS.items():
             if isinstance(getattr(target, name, None), int):
                 setattr(target, name, value)
@@ -155,10 +159,12 @@ def census_one(model_type: str) -> Tuple[Optional[Any], Optional[str]]:
         return None, f"does not build from a small config ({type(error).__name__}: {str(error)[:80]})"
     if getattr(model, "_is_stateful", False):
         return model, None  # kept: the matrix checks the clear error
-    try:
-        ids = torch.tensor([[(7 * i + 3) % (VOCAB - 1) for i in range(12)]])
+    try:  # past the window, and a left-padded batch
+        ids = torch.tensor([[(7 * i + 3) % (VOCAB - 1) for i in range(WINDOW + 30)]] * 2)
+        mask = torch.ones_like(ids)
+        mask[1, :5] = 0
         with torch.no_grad():
-            model.generate(ids, do_sample=False, max_new_tokens=3, pad_token_id=VOCAB - 1)
+            model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=3, pad_token_id=VOCAB - 1)
     except Exception as error:  # noqa: BLE001
         return None, f"plain greedy generate fails on a tiny model ({type(error).__name__}: {str(error)[:80]})"
     return model, None

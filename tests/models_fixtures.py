@@ -142,6 +142,15 @@ def as_ids(tokens: Sequence[int]) -> Any:
     return torch.tensor([list(tokens)], dtype=torch.long)
 
 
+def cache_kw(model: Any, cache: Any) -> dict:
+    """``{name: cache}`` under the keyword the model takes its cache by
+    (``cache`` from transformers 5.24, ``past_key_values`` before), for
+    ``model(...)`` and ``model.generate(...)``."""
+    from pld.hf_adapter import model_traits
+
+    return {model_traits(model).cache_argument: cache}
+
+
 def greedy(model: Any, ids: Any, max_new_tokens: int, eos: Any = None, **kwargs: Any) -> List[int]:
     """Plain transformers greedy decoding; the new tokens as a list."""
     import torch

@@ -43,9 +43,9 @@ def _forward(model, prompt, new):
 
     cache = DynamicCache()
     with torch.no_grad():
-        model(input_ids=prompt, past_key_values=cache, use_cache=True)
+        model(input_ids=prompt, **mf.cache_kw(model, cache), use_cache=True)
         ids = torch.cat([prompt, new], dim=1)
-        out = model(input_ids=new, past_key_values=cache, use_cache=True,
+        out = model(input_ids=new, **mf.cache_kw(model, cache), use_cache=True,
                     attention_mask=torch.ones_like(ids))
     return out.logits
 

@@ -13,7 +13,7 @@ import types
 
 import pytest
 
-from models_fixtures import ARCHS, as_ids, greedy, one_thread, repeated_prompt, tiny_model  # noqa: F401
+from models_fixtures import ARCHS, as_ids, cache_kw, greedy, one_thread, repeated_prompt, tiny_model  # noqa: F401
 
 pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
 
@@ -28,7 +28,7 @@ def _forward(model, tokens, cache, start, position_ids=None, attention_mask=None
     ids = as_ids(tokens)
     if position_ids is None:
         position_ids = torch.arange(start, start + len(tokens))[None]
-    kwargs = dict(past_key_values=cache, use_cache=True, position_ids=position_ids)
+    kwargs = dict(**cache_kw(model, cache), use_cache=True, position_ids=position_ids)
     if attention_mask is not None:
         kwargs["attention_mask"] = attention_mask
     with torch.no_grad():
@@ -292,10 +292,10 @@ def test_adopted_tensors_beam_style(arch):
         adopted = cache.layers[0].keys
         snapshot = adopted.clone()
         with torch.no_grad():
-            out = model(torch.tensor([[3], [4]]), past_key_values=cache, use_cache=True,
+            out = model(torch.tensor([[3], [4]]), **cache_kw(model, cache), use_cache=True,
                         position_ids=torch.tensor([[10], [10]])).logits
             cache.reorder_cache(torch.tensor([1, 0]))
-            out2 = model(torch.tensor([[5], [6]]), past_key_values=cache, use_cache=True,
+            out2 = model(torch.tensor([[5], [6]]), **cache_kw(model, cache), use_cache=True,
                          position_ids=torch.tensor([[11], [11]])).logits
         assert torch.equal(adopted, snapshot)
         results.append((out, out2, cache.get_seq_length()))
@@ -328,7 +328,7 @@ def test_model_generate_with_owned_cache(arch):
     model = tiny_model(arch)
     ids = as_ids(_prompt(9, 10))
     cache = OwnedCache(capacity=4)
-    assert greedy(model, ids, 40, past_key_values=cache) == greedy(model, ids, 40)
+    assert greedy(model, ids, 40, **cache_kw(model, cache)) == greedy(model, ids, 40)
     assert cache.get_seq_length() == 10 + 40 - 1  # the last token is never fed
     assert cache.capacity >= 49
 
@@ -361,7 +361,7 @@ def test_pld_loop_and_enabled_generate_with_owned_cache(arch):
         cache = OwnedCache(capacity=8)
         with pld.enabled(cost_aware=False, linear_kernel="torch"), torch.no_grad():
             out = model.generate(ids, do_sample=False, max_new_tokens=30, eos_token_id=None,
-                                 prompt_lookup_num_tokens=5, past_key_values=cache)
+                                 prompt_lookup_num_tokens=5, **cache_kw(model, cache))
         assert out[0, ids.shape[1]:].tolist() == want
         assert cache.get_seq_length() > ids.shape[1]  # it was the cache used
     assert rejected > 0  # crops happened
@@ -432,7 +432,7 @@ def test_embedded_model_greedy_tokens(embedded):
     ids = demo.build_input_ids(tokenizer, "Name three rivers of Europe and one fact about each.")
     assert isinstance(cache_for(model), OwnedCache)
     cache = OwnedCache(capacity=ids.shape[1] + 24)
-    ours = greedy(model, ids, 24, past_key_values=cache)
+    ours = greedy(model, ids, 24, **cache_kw(model, cache))
     assert ours == greedy(model, ids, 24)
     assert cache.get_seq_length() == ids.shape[1] + 23
 
