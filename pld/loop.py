@@ -56,9 +56,10 @@ def tree_blocker(model: Any, cache: Any) -> Optional[str]:
     None: the tree needs a cache that gathers the accepted path
     (``keep_last``), an attention that takes a 4D mask, and a model whose
     logits under pld's 4D masks were found to be plain decoding's."""
-    if not callable(getattr(cache, "keep_last", None)):
-        return f"its cache ({type(cache).__name__}) cannot keep a tree's accepted path"
-    return masks_blocker(model)
+    reason = masks_blocker(model)
+    if reason is None and not callable(getattr(cache, "keep_last", None)):
+        reason = f"its cache ({type(cache).__name__}) cannot keep a tree's accepted path"
+    return reason
 
 
 def masks_blocker(model: Any) -> Optional[str]:
@@ -119,7 +120,7 @@ def run(
         if reason is None:
             decoder_class = TreeDecoder
         else:
-            logger.info("pld: linear drafts instead of a token tree: %s", reason)
+            logger.warning("pld: linear drafts instead of a token tree (%s: %s)", type(model).__name__, reason)
     decoder = decoder_class(adapter, input_ids, config, attention_mask=attention_mask,
                       logits_processor=logits_processor or (),
                       stopping_criteria=stopping_criteria or (), streamer=streamer, on_step=on_step)

@@ -139,6 +139,12 @@ def test_every_path_gives_greedy_tokens(model_type, caplog):
     assert pld.generate(model, one, max_new_tokens=NEW, eos_token_id=None).new_tokens == alone[0]
     tree = pld.generate(model, one, max_new_tokens=NEW, eos_token_id=None, draft_tree=True)
     assert tree.new_tokens == alone[0]
+    lines = _pld_lines(caplog)
+    if traits.custom_masks is None:
+        assert not lines, lines
+    else:  # linear drafts instead, said once, with the reason
+        assert len(lines) == 1 and "instead of a token tree" in lines[0] and traits.custom_masks in lines[0]
+    caplog.clear()
     with pld.enabled():
         out = _generate(model, one, do_sample=False, max_new_tokens=NEW, eos_token_id=None,
                         prompt_lookup_num_tokens=10)
