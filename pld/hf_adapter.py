@@ -161,7 +161,8 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
     tokens = ids[:, :3]
     base = {"input_ids": tokens, "attention_mask": torch.ones_like(tokens),
             "position_ids": torch.arange(3, device=tokens.device)[None], "use_cache": True}
-    for name in _named_first(model):
+    order = _named_first(model)
+    for name in order:
         for keep in (True, False):
             cache = _model_cache(model)
             inputs = {**base, name: cache, **({"logits_to_keep": 1} if keep else {})}
@@ -170,7 +171,7 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
             except (TypeError, ValueError):  # an argument refused (bloom 4.57: a ValueError)
                 if keep:
                     continue  # again without logits_to_keep
-                if name != _named_first(model)[-1]:
+                if name != order[-1]:
                     break  # the other keyword
                 raise
             if cache.get_seq_length() != 3:
