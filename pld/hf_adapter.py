@@ -29,7 +29,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
-from .attention_masks import Kinds, layer_masks
+from .attention_masks import layer_masks
 from .gqa_attention import shared_kv_heads
 from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
 from .linear_kernel import LinearKernel
