@@ -83,7 +83,7 @@ class BatchDecoder:
         self.eos = set(config.eos_token_id)
         self.processors = [in_batch(p, input_ids.shape[0]) for p in logits_processor] + config.warpers()
         self.criteria = list(stopping_criteria)
-        self.pad = pad_token_id if pad_token_id is not None else (min(self.eos) if self.eos else 0)
+        self.pad = pad_id(pad_token_id, config)
         B, L = input_ids.shape
         self.prompt_len = L
         self.input_ids = input_ids
@@ -356,12 +356,25 @@ class BatchDecoder:
         new tokens, the shorter ones filled with the pad id (as batched
         ``model.generate`` returns them)."""
         self.stats.total_seconds = time.perf_counter() - self.t_start
-        longest = max(len(n) for n in self.new)
-        tail = torch.full((len(self.new), longest), self.pad, dtype=torch.long, device=self.device)
-        for r, tokens in enumerate(self.new):
-            if tokens:
-                tail[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-        return torch.cat([self.input_ids, tail], dim=1)
+        return padded_sequences(self.input_ids, self.new, self.pad)
+
+
+def pad_id(pad_token_id: Optional[int], config: DecodeConfig) -> int:
+    """The id that fills finished rows: the given one, else the smallest eos id, else 0."""
+    if pad_token_id is not None:
+        return pad_token_id
+    return min(config.eos_token_id) if config.eos_token_id else 0
+
+
+def padded_sequences(input_ids: torch.Tensor, new: Sequence[Sequence[int]], pad: int) -> torch.Tensor:
+    """[B, L + longest of ``new``]: the prompts as given, then each row's
+    new tokens, the shorter ones filled with ``pad``."""
+    longest = max(len(n) for n in new)
+    tail = torch.full((len(new), longest), pad, dtype=torch.long, device=input_ids.device)
+    for r, tokens in enumerate(new):
+        if tokens:
+            tail[r, :len(tokens)] = torch.tensor(list(tokens), dtype=torch.long)
+    return torch.cat([input_ids, tail], dim=1)
 
 
 def _bucket(ngram: int, depth: int):

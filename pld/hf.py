@@ -243,13 +243,10 @@ def _loop_cache(model: Any, input_ids: torch.Tensor, options: DecodeConfig, mode
     sliding-window layers whole (its masks apply the windows)."""
     from transformers import DynamicCache
 
-    from .kv_cache import cache_for
-
     cache = _generate_cache(model_kwargs)
     if type(cache) is DynamicCache and cache.get_seq_length() == 0:
         if input_ids.shape[0] > 1:
-            return cache_for(model, capacity=input_ids.shape[1] + 2 * (options.num_pred_tokens + 1)
-                             + min(options.max_new_tokens, 1 << 10), keep_sliding=True)
+            return loop.batch_cache(model, input_ids.shape[1], options)
         return loop.default_cache(model, input_ids.shape[1], options)
     return cache
 

@@ -51,6 +51,16 @@ def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
     return cache_for(model, capacity=prompt_len + room, keep_sliding=True)
 
 
+def batch_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
+    """A batch's cache when the caller gives none: room for the prompt, two
+    drafts and the first stretch of output; sliding-window layers whole
+    (the batch's masks apply each row's window)."""
+    from .kv_cache import cache_for
+
+    room = 2 * (config.num_pred_tokens + 1) + min(config.max_new_tokens, 1 << 10)
+    return cache_for(model, capacity=prompt_len + room, keep_sliding=True)
+
+
 def tree_blocker(model: Any, cache: Any) -> Optional[str]:
     """Why a token tree cannot be verified with this model and cache, or
     None: the tree needs a cache that gathers the accepted path
@@ -151,7 +161,6 @@ def run_batch(
     masks would change (:func:`masks_blocker`) has its rows decoded one at
     a time instead, exactly, with a warning."""
     from .batch_decoder import BatchDecoder, check_left_padded
-    from .kv_cache import cache_for
 
     config = resolve_config(model, config, options)
     mask = check_left_padded(input_ids, attention_mask)
@@ -164,8 +173,7 @@ def run_batch(
         return _rows_one_at_a_time(model, input_ids, mask, config, logits_processor or (),
                                    stopping_criteria or (), pad_token_id)
     if cache is None:
-        cache = cache_for(model, capacity=input_ids.shape[1] + 2 * (config.num_pred_tokens + 1)
-                          + min(config.max_new_tokens, 1 << 10), keep_sliding=True)
+        cache = batch_cache(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
     decoder = BatchDecoder(adapter, input_ids, config, attention_mask=attention_mask,
                            logits_processor=logits_processor or (),
@@ -182,7 +190,7 @@ def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
     """The batch's rows, each by :func:`run` with its left padding (as
     batched generate shows a row to processors and criteria); the
     processors set up for the whole batch see each row at its index."""
-    from .batch_decoder import in_batch
+    from .batch_decoder import in_batch, pad_id, padded_sequences
 
     B, L = input_ids.shape
     new: List[List[int]] = []
@@ -194,9 +202,4 @@ def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
         for name in ("steps", "new_tokens", "proposed_tokens", "accepted_draft_tokens", "forward_seconds",
                      "total_seconds"):
             setattr(stats, name, getattr(stats, name) + getattr(result.stats, name))
-    pad = pad_token_id if pad_token_id is not None else (min(config.eos_token_id) if config.eos_token_id else 0)
-    longest = max(len(n) for n in new)
-    tail = torch.full((B, longest), pad, dtype=torch.long, device=input_ids.device)
-    for r, tokens in enumerate(new):
-        tail[r, :len(tokens)] = torch.tensor(tokens, dtype=torch.long)
-    return torch.cat([input_ids, tail], dim=1), new, stats
+    return padded_sequences(input_ids, new, pad_id(pad_token_id, config)), new, stats
