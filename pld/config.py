@@ -101,6 +101,23 @@ def _choice(name: str, value: Any, choices: Tuple[str, ...]) -> str:
     return value
 
 
+def _sources(value: Any) -> Optional[Tuple[str, ...]]:
+    """None, or a non-empty list of registered draft-source names."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = (value,)
+    if not hasattr(value, "__iter__") or not all(isinstance(v, str) for v in value):
+        raise TypeError(f"draft_sources must be a list of names, got {type(value).__name__}")
+    from .drafts import REGISTRY
+
+    names = tuple(dict.fromkeys(value))
+    unknown = [n for n in names if n not in REGISTRY]
+    if not names or unknown:
+        raise ValueError(f"draft_sources: expected names from {tuple(REGISTRY)}, got {list(value)}")
+    return names
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """The options of one generation (frozen; validated on construction).
@@ -128,14 +145,16 @@ class DecodeConfig:
       tree_successors  with draft_tree, also offer the model's own recent
                        guesses of what follows each node's token
                        (pld.successors; False: prompt lookup's candidates only)
-      cost_aware       verify a draft only if its match size pays for the
-                       wider forward on this machine (pld.draft_length.
-                       CostGate; greedy only, so that seeded sampling
-                       repeats); with draft_tree, and for a batch, the
-                       width budget from the measured forward cost
-                       (sampling too: it is frozen before the first step);
-                       False verifies every draft (every tree node up to
-                       tree_width)
+      draft_sources    the draft sources by name (pld.drafts.REGISTRY), in
+                       place of what draft_tree and tree_successors pick:
+                       None (default): ("prompt",) for linear drafts,
+                       ("prompt_tree", "ahead", "successors") for trees
+      cost_aware       the width budget (pld.width_budget): verify the draft
+                       nodes whose expected gain pays for the wider forward,
+                       from the forward cost measured on the model before
+                       the first drafted step (then frozen) and the
+                       acceptance model; False verifies every draft node
+                       (a tree's up to tree_width)
     Stopping and sampling:
       eos_token_id     an id or ids; EOS_FROM_MODEL (-1): the model's
                        generation config; None: none
@@ -149,7 +168,7 @@ class DecodeConfig:
       output_scores, output_logits
                        keep the processed scores / raw logits of every new
                        token (as transformers' return_dict_in_generate)
-      record_steps     keep a StepRecord of every step (the coloured
+      record_steps     keep a StepRecord of every step, default on (the coloured
                        rendering reads them)
 
     None of these changes the tokens of greedy decoding; only the cost.
@@ -166,6 +185,7 @@ class DecodeConfig:
     tree_width: int = 32
     tree_candidates: int = 4
     tree_successors: bool = True
+    draft_sources: Optional[Tuple[str, ...]] = None
     cost_aware: bool = True
     eos_token_id: Any = EOS_FROM_MODEL
     do_sample: bool = False
@@ -175,7 +195,7 @@ class DecodeConfig:
     linear_kernel: str = "auto"
     output_scores: bool = False
     output_logits: bool = False
-    record_steps: bool = False
+    record_steps: bool = True
 
     def __post_init__(self) -> None:
         def put(name: str, value: Any) -> None:
@@ -202,6 +222,7 @@ class DecodeConfig:
             put(name, _flag(name, getattr(self, name)))
         if not (is_index(self.eos_token_id) and operator.index(self.eos_token_id) == EOS_FROM_MODEL):
             put("eos_token_id", eos_ids(self.eos_token_id))
+        put("draft_sources", _sources(self.draft_sources))
         put("temperature", _number("temperature", self.temperature))
         put("top_k", _number("top_k", self.top_k, integer=True))
         put("top_p", _number("top_p", self.top_p))

@@ -1,324 +1,382 @@
-"""One prompt-lookup generation, a step at a time.
+"""One prompt-lookup generation over B >= 1 rows, a step at a time.
 
-A step is four phases, each a method of :class:`Decoder`::
+Every step is the same four phases for every shape -- one row or a batch,
+a linear draft (a tree with one branch) or a token tree, or no draft (the
+root alone)::
 
-    propose  draft = index.propose(k)               C, O(k): on the CPU written
-             straight into the sequence buffer; the cost gate and eos cut it
-    verify   logits = model([pending..., *draft])   one forward over the tokens
-             the cache does not hold yet and the draft
-    accept   the model's choice at the k+1 rows on its device (argmax, or a
-             draw from the processed distribution), k+1 ids to the host, the
-             agreeing prefix n in C
-    commit   append chosen[:n+1] (cut at eos or a stopping criterion), keep
-             the cache to the accepted tokens, extend the index, stats,
-             streamer
+    propose  every running row asks the draft sources (pld.drafts) for
+             candidates, merged into its trie; the width budget
+             (pld.width_budget) picks each row's nodes for one rectangular
+             forward: W slots a row, filler where a row has fewer
+    verify   one forward through the adapter (pld.hf_adapter): each row's
+             pending token(s), then its nodes; node i at its row's
+             position + depth(i), seeing its row's cached tokens, the
+             pending ones, its ancestors and itself (a 2D mask where that
+             is plain causal attention, else a 4D mask)
+    accept   each row walks its tree from the root along the model's own
+             choices, argmax or exact sampling (pld.accept_walk)
+    commit   each row appends its tokens (cut at eos, its budget or a
+             stopping criterion), keeps its pending token and accepted
+             path in the cache (one row: gathered to the front, so the
+             cache holds exactly its tokens; a batch: the rest of the
+             block becomes holes its mask hides, pld.slot_table), learns
+             (acceptance model, draft length, sources), reports (stats,
+             scores, streamer, on_step) and leaves the batch when done
 
-The state a step reads and writes is all on the Decoder: ``buf`` (ids,
-mask, positions: :class:`~pld.sequence_buffer.SequenceBuffer`), ``cur``
-(tokens in the sequence), ``model.cached`` (tokens in the KV cache), the
-``index`` (:class:`pld.NgramIndex`), the draft length and the cost gate.
-Nothing per step grows with the context on the host.
-
-Acceptance keeps plain decoding's tokens: greedy accepts a draft token
-while it is the argmax (fused with the comparison in C for CPU logits).
-Sampling is exact speculative sampling of a deterministic draft: on the CPU
-the C function ``pld.accept_sample`` reads the processed probabilities
-only up to the first rejection, with k+1 uniforms from torch's generator
-(so ``torch.manual_seed`` makes a run repeat); on another device every
-verified row is drawn there (``torch.multinomial``) and the draws are
-compared with the draft. Both give each new token the model's
-distribution.
+After the prefill every forward is exactly as wide as the pending token
+plus the chosen nodes (checked after every step with PLD_DEBUG_CACHE=1,
+with the cache holding exactly each row's kept tokens).
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import _core
-from .config import MAX_INDEX_TOKENS, DecodeConfig, check_size
-from .draft_length import CostGate, DraftLength
-from .sequence_buffer import SequenceBuffer
+from . import drafts, forward_cost
+from .accept_walk import Picker, Walk, walk_row
+from .batch_inputs import ROW_WISE_PROCESSORS, check_left_padded, in_batch, pad_id, padded_sequences
+from .config import MAX_INDEX_TOKENS, MAX_TREE_WIDTH, DecodeConfig, check_size
+from .drafts.base import Proposal
+from .records import LoopResult, LoopStats, StepRecord
+from .row_state import INITIAL_NEW_TOKENS, Row
+from .slot_table import SlotTable
+from .token_tree import AcceptanceModel, TokenTree, block_visibility, is_chain, local_parents
+from .width_budget import NO_BUDGET, WidthBudget
 
-# The sequence buffer starts with room for this many new tokens (plus a
-# draft) and doubles as the output grows.
-INITIAL_NEW_TOKENS = 1 << 10
-
-# Warpers that treat each row on its own and never read input_ids: all draft
-# positions go through them in one call.
-ROW_WISE_PROCESSORS = frozenset({
-    "TemperatureLogitsWarper",
-    "TopKLogitsWarper",
-    "TopPLogitsWarper",
-    "MinPLogitsWarper",
-    "TypicalLogitsWarper",
-    "EpsilonLogitsWarper",
-    "EtaLogitsWarper",
-    "LogitNormalization",
-    "InfNanRemoveLogitsProcessor",
-})
+__all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESSORS", "INITIAL_NEW_TOKENS",
+           "eos_cut", "cut_at_eos"]
 
 
 @dataclass
-class StepRecord:
-    """One verified step: how many draft tokens were proposed and accepted."""
+class Plan:
+    """A row's step: its candidate tree (None: no draft), the chosen nodes
+    (creation order) and their predicted accepted count."""
 
-    proposed: int
-    accepted: int
-    tokens: List[int]
-
-
-@dataclass
-class LoopStats:
-    """What a run of the loop cost and achieved."""
-
-    steps: int = 0
-    new_tokens: int = 0
-    proposed_tokens: int = 0
-    accepted_draft_tokens: int = 0
-    forward_seconds: float = 0.0
-    total_seconds: float = 0.0
-    records: List[StepRecord] = field(default_factory=list)
-
-    @property
-    def tokens_per_step(self) -> float:
-        return self.new_tokens / self.steps if self.steps else 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted_draft_tokens / self.proposed_tokens if self.proposed_tokens else 0.0
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.total_seconds if self.total_seconds else 0.0
-
-    @property
-    def forward_share(self) -> float:
-        return self.forward_seconds / self.total_seconds if self.total_seconds else 0.0
+    tree: Optional[TokenTree]
+    chosen: List[int]
+    predicted: float = 0.0
 
 
-@dataclass
-class LoopResult:
-    sequences: torch.Tensor          # [1, prompt + new] on the model's device
-    stats: LoopStats
-    scores: Optional[tuple] = None   # processed scores, one [1, V] per new token
-    logits: Optional[tuple] = None   # raw logits, one [1, V] per new token
-    past_key_values: Any = None
+def source_names(config: DecodeConfig) -> Tuple[str, ...]:
+    """The draft sources a config asks for."""
+    if config.draft_sources is not None:
+        return config.draft_sources
+    if not config.draft_tree:
+        return ("prompt",)
+    return ("prompt_tree", "ahead", "successors") if config.tree_successors else ("prompt_tree",)
 
 
 class Decoder:
-    """A generation after ``input_ids`` ([1, L]) with ``model`` (an adapter:
-    ``forward``, ``truncate_cache``, ``cached``; see pld.hf_adapter) under
-    ``config`` (its eos_token_id resolved to ids). Call :meth:`step` until
-    it returns False, then :meth:`result`."""
-
-    #: The index's match policy; None: the config's.
-    INDEX_POLICY: Optional[str] = None
+    """A generation after ``input_ids`` ([B, L]; a batch left-padded per
+    ``attention_mask``) through ``model`` (a pld.hf_adapter adapter over an
+    empty cache) under ``config`` (eos resolved to ids). Call :meth:`step`
+    until it returns False, then :meth:`result`. ``acceptance`` and
+    ``budget`` replace the default acceptance model and width budget."""
 
     def __init__(self, model: Any, input_ids: torch.Tensor, config: DecodeConfig, *,
-                 attention_mask: Optional[torch.Tensor] = None,
-                 logits_processor: Sequence[Any] = (), stopping_criteria: Sequence[Any] = (),
-                 streamer: Any = None, on_step: Any = None) -> None:
-        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
-            raise ValueError(f"input_ids: expected shape [1, L], got {tuple(input_ids.shape)}")
-        prompt_len = input_ids.shape[1]
-        check_size("max_new_tokens", config.max_new_tokens, 1, MAX_INDEX_TOKENS - prompt_len,
-                   f"prompt + max_new_tokens is at most {MAX_INDEX_TOKENS} tokens, the index's limit")
+                 attention_mask: Optional[torch.Tensor] = None, logits_processor: Sequence[Any] = (),
+                 stopping_criteria: Sequence[Any] = (), streamer: Any = None, on_step: Any = None,
+                 pad_token_id: Optional[int] = None, acceptance: Optional[AcceptanceModel] = None,
+                 budget: Optional[WidthBudget] = None) -> None:
         self.t_start = time.perf_counter()
-        self.model, self.config = model, config
-        self.eos = set(config.eos_token_id)
-        self.processors = list(logits_processor) + config.warpers()
+        B, L = self._check_inputs(input_ids, config)
+        mask = check_left_padded(input_ids, attention_mask) if B > 1 else attention_mask
+        self.model, self.config, self.input_ids = model, config, input_ids
+        self.eos = tuple(config.eos_token_id)
+        self.processors = [in_batch(p, B) for p in logits_processor] + config.warpers()
         self.row_wise = all(type(p).__name__ in ROW_WISE_PROCESSORS for p in self.processors)
         self.criteria, self.streamer, self.on_step = list(stopping_criteria), streamer, on_step
-        k = config.num_pred_tokens
-        self.buf = SequenceBuffer(input_ids, attention_mask, prompt_len + config.max_new_tokens,
-                                  INITIAL_NEW_TOKENS + k + 1)
-        self.cur = prompt_len
-        self.index = _core.NgramIndex(config.max_ngram_size, config.min_ngram_size,
-                                      self.INDEX_POLICY or config.policy)
-        self.index.extend(input_ids[0].tolist())
-        # the tables' growth is paid here, not in a step (and with each growth of the buffer)
-        self.index.reserve(self.buf.capacity - prompt_len)
-        self.draft_length = DraftLength(k, config.adaptive)
-        # The gate reads the clock, so it would make seeded sampling depend on
-        # timing (the draws follow the drafts): greedy only.
-        self.gate = CostGate(config.max_ngram_size) if config.cost_aware and not config.do_sample else None
+        self.sources = drafts.build(source_names(config), config)
+        policy = "recent" if any(s.branches for s in self.sources) else config.policy
+        self.rows = [Row(r, input_ids[r:r + 1], None if mask is None else mask[r:r + 1].long(), config, policy)
+                     for r in range(B)]
+        self.all_rows = list(self.rows)
+        self.slots = SlotTable(B, input_ids.device, L + 2 * (config.num_pred_tokens + 1) + 64)
+        self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
+        width = config.tree_width if any(s.branches for s in self.sources) else config.num_pred_tokens
+        self.budget = budget if budget is not None else WidthBudget(width)
+        self.cost: Optional[forward_cost.ForwardCost] = None
+        self.pad = pad_id(pad_token_id, config)
         self.stats = LoopStats()
-        self.scores: Optional[list] = [] if config.output_scores else None
-        self.raw: Optional[list] = [] if config.output_logits else None
         self.done = False
+        self.prefill = True
         self._t_forward = 0.0
 
+    @staticmethod
+    def _check_inputs(input_ids: torch.Tensor, config: DecodeConfig) -> Tuple[int, int]:
+        if input_ids.dim() != 2 or input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
+            raise ValueError(f"input_ids: expected shape [B, L] with B >= 1 and L >= 1, got {tuple(input_ids.shape)}")
+        B, L = input_ids.shape
+        check_size("max_new_tokens", config.max_new_tokens, 1, MAX_INDEX_TOKENS - L,
+                   f"prompt + max_new_tokens is at most {MAX_INDEX_TOKENS} tokens, the index's limit")
+        return B, L
+
+    # -- the step ------------------------------------------------------------
     def step(self) -> bool:
-        """One step: propose, verify, accept, commit. False once done."""
-        draft, ngram = self.propose()
-        logits = self.verify(len(draft))
-        n, new, processed, seconds = self.accept(draft, logits)
-        self.commit(len(draft), ngram, n, new, processed, logits, seconds)
+        """One step for every running row: propose, verify, accept, commit. False once done."""
+        plans = self.propose()
+        logits = self.verify(plans)
+        walks = self.accept(plans, logits)
+        self.commit(plans, walks, logits)
         return not self.done
 
-    def propose(self) -> Tuple[Sequence[int], int]:
-        """The next draft, written after the sequence, and the size of the
-        n-gram match behind it (0: no draft)."""
-        budget = self.config.max_new_tokens - (self.cur - self.buf.prompt_len)
-        want = min(self.draft_length.next(), budget - 1)  # the draft plus the bonus token fit
-        if self.buf.ensure(self.cur + max(want, 0) + 1):
-            self.index.reserve(self.buf.capacity - self.cur)
-        if want <= 0:
-            return [], 0
-        host, cur = self.buf.host, self.cur
-        if host is not None:  # the index writes the draft into the sequence buffer
-            draft: Sequence[int] = host[cur:cur + self.index.propose(
-                want, semantics=self.config.semantics, out=host[cur:cur + want])]
-        else:
-            draft = self.index.propose(want, semantics=self.config.semantics)
-        ngram = self.index.last_ngram if len(draft) else 0
-        if self.gate is not None and len(draft) and not self.gate.allow(ngram):
-            return [], 0
-        if self.eos and len(draft):
-            draft = _cut_at(draft, self.eos)
-        if host is None:
-            self.buf.write(cur, draft)
-        return draft, (ngram if len(draft) else 0)
+    def propose(self) -> List[Plan]:
+        """Every running row's candidate tree and the nodes of it to verify."""
+        trees = [self._candidates(row) for row in self.rows]
+        if all(t is None for t in trees):
+            return [Plan(None, []) for _ in trees]
+        chosen, predicted = self.budget.choose(trees, self.acceptance, self._cost(), self.pending)
+        return [Plan(t if c else None, c, p) for t, c, p in zip(trees, chosen, predicted)]
 
-    def verify(self, k: int) -> torch.Tensor:
-        """Logits [k+1, V]: one forward over the tokens the cache does not
-        hold yet, then the k draft tokens."""
-        a, b = self.model.cached, self.cur + k
+    def verify(self, plans: List[Plan]) -> torch.Tensor:
+        """Logits [b, 1 + W, V]: each row's root (its last pending token),
+        then its W node slots."""
+        nodes = [[p.tree.tokens[j] for j in p.chosen] if p.chosen else [] for p in plans]
+        depths = [[p.tree.depths[j] for j in p.chosen] if p.chosen else [] for p in plans]
+        parents = [local_parents(p.tree, p.chosen) if p.chosen else [] for p in plans]
         self._t_forward = time.perf_counter()
-        return self.model.forward(self.buf.ids[:, a:b], self.buf.positions[:, a:b],
-                                  self.buf.mask[:, :b], k + 1)
+        return self._forward(nodes, parents, depths)
 
-    def accept(self, draft: Sequence[int], logits: torch.Tensor
-               ) -> Tuple[int, List[int], Optional[torch.Tensor], float]:
-        """(n, tokens, processed, seconds): n accepted draft tokens, the n+1
-        tokens to append, the processed scores (None without processors,
-        scores or sampling) and the forward's time up to the ids' arrival."""
-        processed = None
-        if self.processors or self.scores is not None or self.config.do_sample:
-            scores = logits.float().clone() if self.raw is not None else logits.float()
-            processed = _process(self.processors, self.row_wise, self.buf.ids, self.cur, scores)
-            if self.config.do_sample and processed.device.type == "cpu":
-                probs = torch.softmax(processed, dim=-1).numpy()
-                uniforms = torch.rand(len(draft) + 1, dtype=torch.float64).tolist()
-                seconds = time.perf_counter() - self._t_forward
-                n, new = _core.accept_sample(draft, probs, uniforms=uniforms)
-                return n, new, processed, seconds
-            if self.config.do_sample:
-                chosen = torch.multinomial(torch.softmax(processed, dim=-1), 1).squeeze(1).tolist()
-            else:
-                chosen = processed.argmax(dim=-1).tolist()
-            seconds = time.perf_counter() - self._t_forward
-            n, new = _core.accept_greedy(draft, chosen)
-        elif logits.device.type == "cpu":
-            seconds = time.perf_counter() - self._t_forward
-            n, new = _core.accept_greedy_logits(draft, logits)  # fused argmax + compare
+    def accept(self, plans: List[Plan], logits: torch.Tensor) -> List[Walk]:
+        """Each row's walk of its tree (pld.accept_walk)."""
+        config = self.config
+        fast = not (self.processors or config.do_sample or config.output_scores)
+        top = logits.argmax(dim=-1).tolist() if fast else None  # one copy to the host
+        walks = []
+        for i, (row, plan) in enumerate(zip(self.rows, plans)):
+            picker = Picker(logits[i], top[i] if fast else None, self.processors, self.row_wise, row,
+                            config.do_sample, config.output_scores)
+            walks.append(walk_row(plan.tree, plan.chosen, picker))
+        self.stats.forward_seconds += time.perf_counter() - self._t_forward
+        return walks
+
+    def commit(self, plans: List[Plan], walks: List[Walk], logits: torch.Tensor) -> None:
+        """Append, keep the cache, learn, report; finished rows leave."""
+        kept, finished = [], []
+        P = self.pending
+        for i, (row, plan, w) in enumerate(zip(self.rows, plans, walks)):
+            keep, stop = self._cut(row, w)
+            self._learn(row, plan, w, logits[i], keep)
+            self._report(row, plan, w, logits[i], keep)
+            row.append(w.tokens[:keep])
+            kept.append(list(range(P)) + [P + j for j in w.path[:keep - 1]])
+            if stop or row.new_count >= self.config.max_new_tokens:
+                finished.append(i)
+        self.stats.steps += 1
+        self._keep_cache(kept)
+        self._drop(finished)
+        self.prefill = False
+
+    # -- propose ---------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        """Tokens every running row has that the cache lacks (the prompt, then 1)."""
+        row = self.rows[0]
+        return row.cur - row.cached
+
+    def _candidates(self, row: Row) -> Optional[TokenTree]:
+        """The row's candidate tree from every source (None: no draft)."""
+        room = self.config.max_new_tokens - row.new_count
+        depth = min(row.draft_length.next(), room - 1)
+        if self.prefill and len(self.all_rows) > 1:
+            depth = 0  # a batch's prefill: transformers' own masks for the left padding
+        row.begin_step(depth)
+        if depth <= 0:
+            return None
+        ask = Proposal(depth, min(MAX_TREE_WIDTH, 2 * self.config.tree_width), self.eos,
+                       self.config.tree_candidates)
+        tree = TokenTree([], [], [], [], [])
+        for source in self.sources:
+            tree = source.propose(row, tree, ask)
+        return tree if len(tree) else None
+
+    def _cost(self) -> forward_cost.ForwardCost:
+        """c(w) of this step's forwards: flat (every node pays) for the
+        prefill and with cost_aware=False, else measured once."""
+        if self.prefill or not self.config.cost_aware:
+            return NO_BUDGET
+        if self.cost is None:
+            self.cost = self.calibrate()
+        return self.cost
+
+    def calibrate(self) -> forward_cost.ForwardCost:
+        """c(w) for a forward of w tokens a row at this batch size and
+        context, timed on the model (pld.forward_cost: kept for the model
+        per batch size, context size class, dtype, device and kernel)."""
+        P, b, T = self.pending, len(self.rows), self.model.cached
+        top = min(MAX_TREE_WIDTH, self.budget.max_width) + P
+        widths = sorted({1, *(w for w in forward_cost.WIDTHS if P <= w < top), top})
+
+        def probe(w: int) -> None:
+            n = max(w - P, 0)
+            self._forward([[r.root] * n for r in self.rows], [list(range(-1, n - 1))] * b,
+                          [list(range(1, n + 1))] * b)
+            self.model.truncate_cache(T)
+
+        key = ("step", b, forward_cost.size_class(T), str(self.model.dtype), self.input_ids.device.type,
+               self.config.linear_kernel, P)
+        with torch.no_grad():
+            return forward_cost.cached_or_measure(self.model.model, key, probe, widths,
+                                                  warm_up=self.rows[0].prompt_len < top)
+
+    # -- verify ----------------------------------------------------------------
+    def _forward(self, nodes: List[List[int]], parents: List[List[int]], depths: List[List[int]]) -> torch.Tensor:
+        """One forward over every row's pending tokens and node slots
+        (``nodes`` tokens, local ``parents``, ``depths``; filler up to the
+        widest row): logits [b, 1 + W, V]. Stages the block's slots."""
+        W = max(len(n) for n in nodes)
+        pending = [row.pending() for row in self.rows]
+        device = self.input_ids.device
+        filled = [n + [row.root] * (W - len(n)) for n, row in zip(nodes, self.rows)]
+        steps = [d + [1] * (W - len(d)) for d in depths]
+        ids = torch.cat([torch.cat([p[0] for p in pending]),
+                         torch.tensor(filled, dtype=torch.long, device=device).view(len(nodes), W)], dim=1)
+        base = torch.cat([p[1] for p in pending])
+        positions = torch.cat([base, base[:, -1:] + torch.tensor(steps, dtype=base.dtype, device=device)
+                               .view(len(nodes), W)], dim=1)
+        valid = torch.cat([torch.cat([p[2] for p in pending]),
+                           torch.ones((len(nodes), W), dtype=torch.bool, device=device)], dim=1)
+        T = self.slots.length
+        self.slots.stage(valid, positions)
+        if (self.prefill or len(self.all_rows) == 1) and all(is_chain(p) for p in parents):
+            mask = self.slots.valid[:, :T + ids.shape[1]].long()  # plain causal attention: a 2D mask
         else:
-            chosen = logits.argmax(dim=-1).tolist()  # the host copy waits for the device
-            seconds = time.perf_counter() - self._t_forward
-            n, new = _core.accept_greedy(draft, chosen)
-        return n, new, processed, seconds
+            mask = self._masks(pending, parents, W, positions)
+        return self.model.forward_rows(ids, positions, mask, 1 + W)
 
-    def commit(self, k: int, ngram: int, n: int, new: List[int], processed: Optional[torch.Tensor],
-               logits: torch.Tensor, seconds: float) -> None:
-        """Append what the step gained (cut at eos or a stopping criterion,
-        as token-by-token decoding would stop), keep the cache to the
-        pending and accepted tokens, and tell the index, the stats, the
-        streamer and the callback."""
-        keep, stop = _eos_cut(new, self.eos)
-        self.buf.write(self.cur, new[:keep])
-        keep, stop = self._criteria_cut(keep, stop, processed)
-        new, accepted = new[:keep], min(n, keep)
-        self.keep_cache(accepted)
-        if self.scores is not None:
-            self.scores.extend(processed[j:j + 1] for j in range(keep))
-        if self.raw is not None:
-            self.raw.extend(logits[j][None].float() for j in range(keep))
-        self.cur += keep
-        self.index.extend(new)
-        self._count(k, ngram, accepted, new, seconds)
-        if self.streamer is not None:
-            self.streamer.put(torch.tensor(new, dtype=torch.long))
-        if self.on_step is not None or self.config.record_steps:
-            record = StepRecord(proposed=k, accepted=accepted, tokens=new)
-            if self.config.record_steps:
-                self.stats.records.append(record)
-            if self.on_step is not None:
-                self.on_step(record)
-        self.done = stop or self.cur - self.buf.prompt_len >= self.config.max_new_tokens
+    def _masks(self, pending: list, parents: List[List[int]], W: int, positions: torch.Tensor) -> Any:
+        """The 4D mask(s): every query sees its row's valid cached slots,
+        then the block as pld.token_tree.block_visibility says."""
+        T = self.slots.length
+        b, q = positions.shape
+        block = torch.stack([block_visibility(p[2][0].tolist(), par, W) for p, par in zip(pending, parents)])
+        allowed = torch.cat([self.slots.valid[:, None, :T].expand(b, q, T), block.to(positions.device)], dim=2)
+        keys = torch.cat([self.slots.positions[:, :T], positions], dim=1)
+        return self.model.masks(allowed, keys, positions)
 
-    def keep_cache(self, accepted: int) -> None:
-        """After a step the cache holds the sequence and the first
-        ``accepted`` draft tokens."""
-        self.model.truncate_cache(self.cur + accepted)
-
-    def result(self) -> LoopResult:
-        self.stats.total_seconds = time.perf_counter() - self.t_start
-        return LoopResult(
-            sequences=self.buf.ids[:, :self.cur].clone(),
-            stats=self.stats,
-            scores=tuple(self.scores) if self.scores is not None else None,
-            logits=tuple(self.raw) if self.raw is not None else None,
-            past_key_values=self.model.cache,
-        )
-
-    def _criteria_cut(self, keep: int, stop: bool, processed: Optional[torch.Tensor]) -> Tuple[int, bool]:
-        """The stopping criteria after every new token, as plain decoding calls them."""
+    # -- commit ----------------------------------------------------------------
+    def _cut(self, row: Row, w: Walk) -> Tuple[int, bool]:
+        """How many of the walk's tokens to keep, and whether the row
+        stops: through the first eos, within its budget, up to the first
+        token after which a stopping criterion says stop (called after
+        every new token, as plain decoding does)."""
+        keep, stop = eos_cut(w.tokens, self.eos)
+        room = self.config.max_new_tokens - row.new_count
+        if keep >= room:
+            keep, stop = room, True
+        row.write(w.tokens[:keep])
         for j in range(keep if self.criteria else 0):
-            row = processed[j:j + 1] if processed is not None else None
-            if _should_stop(self.criteria, self.buf.ids[:, :self.cur + j + 1], row):
+            scores = w.processed[j] if j < len(w.processed) else None
+            if _should_stop(self.criteria, row.ids(j + 1), scores):
                 return j + 1, True
         return keep, stop
 
-    def _count(self, k: int, ngram: int, accepted: int, new: List[int], seconds: float) -> None:
+    def _learn(self, row: Row, plan: Plan, w: Walk, logits: torch.Tensor, keep: int) -> None:
+        """The acceptance model, the draft length and the sources learn from the step."""
+        if plan.chosen:
+            path = [plan.chosen[i] for i in w.path]
+            self.acceptance.update(plan.tree, plan.chosen, path, plan.predicted)
+            row.draft_length.update(max(plan.tree.depths[j] for j in plan.chosen), len(w.path))
+        inputs, before = [row.root], [row.previous]
+        if plan.chosen:
+            above = [row.root if p < 0 else plan.tree.tokens[p] for p in plan.tree.parents]
+            inputs += [plan.tree.tokens[j] for j in plan.chosen]
+            before += [above[j] for j in plan.chosen]
+        for source in self.sources:
+            source.observe(row, inputs, before, logits[:len(inputs)])
+
+    def _report(self, row: Row, plan: Plan, w: Walk, logits: torch.Tensor, keep: int) -> None:
+        """Stats, kept scores and logits, the streamer and the step record."""
+        tokens, accepted = w.tokens[:keep], min(len(w.path), keep)
         stats = self.stats
-        stats.forward_seconds += seconds
-        stats.steps += 1
-        stats.new_tokens += len(new)
-        stats.proposed_tokens += k
+        stats.new_tokens += keep
+        stats.proposed_tokens += len(plan.chosen)
         stats.accepted_draft_tokens += accepted
-        self.draft_length.update(k, accepted)
-        if self.gate is not None and stats.steps > 1:  # step 1 carries the prompt
-            self.gate.update(ngram, k, accepted, seconds)
+        if row.scores is not None:
+            row.scores.extend(w.processed[:keep])
+        if row.raw is not None:
+            row.raw.extend(logits[p][None].float() for p in w.positions[:keep])
+        if self.streamer is not None:
+            self.streamer.put(torch.tensor(tokens, dtype=torch.long))
+        if self.on_step is None and not self.config.record_steps:
+            return
+        record = StepRecord(len(plan.chosen), accepted, tokens, row.batch_index)
+        if self.config.record_steps:
+            stats.records.append(record)
+        if self.on_step is not None:
+            self.on_step(replace(record, tree=plan.tree, chosen=plan.chosen,
+                                 path=[plan.chosen[i] for i in w.path], predicted=plan.predicted))
+
+    def _keep_cache(self, kept: List[List[int]]) -> None:
+        """Each row keeps its ``kept`` block offsets: one row gathers them
+        (a crop where they are the block's start), a batch keeps holes."""
+        q = self.model.cached - self.slots.length
+        one = len(self.all_rows) == 1
+        m = self.slots.keep(kept, gather=one)
+        if one and kept[0] != list(range(len(kept[0]))):
+            self.model.keep_cache(q, kept[0])
+        else:
+            self.model.truncate_cache(self.slots.length)
+        if not one:
+            index = self.slots.compaction_index()
+            if index is not None:
+                self.model.gather_slots(index)
+                self.slots.gather(index)
+        if self.model.check_cache:
+            self._check_held(m)
+
+    def _check_held(self, m: int) -> None:
+        """PLD_DEBUG_CACHE: the cache holds exactly each row's tokens but its last."""
+        held = self.slots.held()
+        want = [int(row.buf.mask[0, :row.cur - 1].ne(0).sum()) for row in self.rows]
+        if held != want or self.model.cached != self.slots.length:
+            raise RuntimeError(f"pld: after a step the rows hold {held} cached tokens, their sequences "
+                               f"{want} (the cache {self.model.cached} slots, the table {self.slots.length})")
+
+    def _drop(self, finished: List[int]) -> None:
+        if len(finished) == len(self.rows):
+            self.done = True
+            return
+        if finished:
+            keep = [i for i in range(len(self.rows)) if i not in set(finished)]
+            index = torch.tensor(keep, device=self.input_ids.device)
+            self.model.select_rows(index)
+            self.slots.select_rows(index)
+            self.rows = [self.rows[i] for i in keep]
+
+    # -- the result --------------------------------------------------------------
+    def result(self) -> LoopResult:
+        self.stats.total_seconds = time.perf_counter() - self.t_start
+        rows = [row.new_tokens() for row in self.all_rows]
+        if len(self.all_rows) == 1:
+            row = self.all_rows[0]
+            sequences = row.buf.ids[:, :row.cur].clone()
+        else:
+            sequences = padded_sequences(self.input_ids, rows, self.pad)
+        first = self.all_rows[0]
+        return LoopResult(
+            sequences=sequences, stats=self.stats,
+            scores=tuple(first.scores) if first.scores is not None else None,
+            logits=tuple(first.raw) if first.raw is not None else None,
+            past_key_values=self.model.cache, rows=rows)
 
 
-def _cut_at(draft: Sequence[int], eos: set) -> Sequence[int]:
-    for j, t in enumerate(draft):
-        if t in eos:
-            return draft[:j]
-    return draft
-
-
-def _eos_cut(new: List[int], eos: set) -> Tuple[int, bool]:
+def eos_cut(new: Sequence[int], eos: Sequence[int]) -> Tuple[int, bool]:
     """How many of ``new`` to keep: through the first eos (and stop there)."""
+    eos = set(eos)
     for j, t in enumerate(new):
         if t in eos:
             return j + 1, True
     return len(new), False
 
 
-def _process(processors: Sequence[Any], row_wise: bool, seq: torch.Tensor, cur: int,
-             logits: torch.Tensor) -> torch.Tensor:
-    """Apply the logits processors to the k+1 verified rows; row i sees the
-    sequence extended by the first i draft tokens, as decoding would."""
-    if not processors:
-        return logits
-    rows = logits.shape[0]
-    if row_wise:
-        ids = seq[:, :cur].expand(rows, cur)
-        for p in processors:
-            logits = p(ids, logits)
-        return logits
-    out = torch.empty_like(logits)
-    for i in range(rows):
-        row = logits[i:i + 1]
-        ids = seq[:, :cur + i]
-        for p in processors:
-            row = p(ids, row)
-        out[i] = row[0]
-    return out
+def cut_at_eos(draft: Sequence[int], eos: Sequence[int]) -> List[int]:
+    from .drafts.prompt_chain import cut_at_eos as cut
+
+    return cut(draft, eos)
 
 
 def _should_stop(criteria: Sequence[Any], ids: torch.Tensor, scores: Optional[torch.Tensor]) -> bool:

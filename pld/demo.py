@@ -36,6 +36,26 @@ def _timed(fn) -> tuple:
     return out, time.perf_counter() - start
 
 
+def _sources() -> dict:
+    from .drafts import describe
+
+    return describe()
+
+
+def _drafts(value: str) -> str:
+    """--drafts: 'linear', 'tree' or registered source names (argparse type)."""
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if value in ("linear", "tree") or (names and all(n in _sources() for n in names)):
+        return value
+    raise argparse.ArgumentTypeError(f"expected 'linear', 'tree' or sources from {list(_sources())}, got {value!r}")
+
+
+def _draft_options(drafts: str) -> dict:
+    if drafts in ("linear", "tree"):
+        return {"draft_tree": drafts == "tree"}
+    return {"draft_sources": tuple(n.strip() for n in drafts.split(",") if n.strip())}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pld demo", description=__doc__)
     parser.add_argument("--model", default=None,
@@ -44,9 +64,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("-k", "--num-pred-tokens", type=int, default=10, help="draft length (default 10)")
     parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram to match (default 3)")
     parser.add_argument("--max-new-tokens", type=int, default=256)
-    parser.add_argument("--drafts", choices=["linear", "tree"], default="linear",
-                        help="one draft a step, or a token tree of several under a width budget "
-                             "(default: linear)")
+    parser.add_argument("--drafts", default="linear", type=_drafts,
+                        help="'linear' (one draft a step, the default), 'tree' (a token tree of "
+                             "several under a width budget), or draft sources by name, comma-separated: "
+                             + "; ".join(f"{n}: {t}" for n, t in _sources().items()))
     parser.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")
@@ -86,14 +107,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         torch.manual_seed(args.seed)
         return pld.generate(model, input_ids, max_new_tokens=args.max_new_tokens,
                             num_pred_tokens=args.num_pred_tokens, max_ngram_size=args.max_ngram,
-                            draft_tree=args.drafts == "tree",
+                            **_draft_options(args.drafts),
                             **({"do_sample": True, "temperature": 0.7, "top_p": 0.9} if args.sample else {}))
 
     # warm-up: first calls pay for allocation and lazy initialisation
     warm = input_ids[:, -64:]
     with torch.no_grad():
         model.generate(warm, max_new_tokens=8, do_sample=False)
-    pld.generate(model, warm, max_new_tokens=8, draft_tree=args.drafts == "tree")
+    pld.generate(model, warm, max_new_tokens=8, **_draft_options(args.drafts))
 
     # plain greedy on the linear kernel pld's loop uses: what the kernel
     # alone gives (on a CPU where oneDNN beats torch's default product)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -94,48 +94,47 @@ def generate(
     the model's distribution. ``eos_token_id`` defaults to the model's
     generation config; pass None to run to ``max_new_tokens``. ``on_step``
     receives every step's StepRecord (proposed, accepted, tokens) as it
-    happens. ``cost_aware`` (default on) drops drafts from match sizes that
-    have not paid for their verification on this machine
-    (:class:`pld.draft_length.CostGate`; greedy only); the output is the
-    same either way. ``linear_kernel`` picks the matrix product of the
-    model's linear layers during the run (:mod:`pld.linear_kernel`).
+    happens. ``cost_aware`` (default on) verifies the draft tokens whose
+    expected gain pays for the wider forward on this machine
+    (pld.width_budget); the output is the same either way.
+    ``linear_kernel``: the matrix product of the linear layers (pld.linear_kernel).
 
-    Memory follows the output (a large ``max_new_tokens`` costs nothing
-    when eos comes early). ``attention_mask`` is a tensor, list or array
-    shaped [L] or [1, L]. A wrong type or value raises an error naming the
-    argument (DecodeConfig lists the limits); so does a model that keeps no
-    KV cache.
+    Memory follows the output. ``attention_mask``: a tensor, list or
+    array like input_ids. A wrong type or value raises an error naming
+    the argument, as does a model without a KV cache.
     """
-    config = (config or DecodeConfig()).replace(**{**options, "record_steps": True})
+    config = (config or DecodeConfig()).replace(**options)
     input_ids = _prompt(input_ids)
     processors = _callables("logits_processor", logits_processor)
     criteria = _callables("stopping_criteria", stopping_criteria)
-    _check_callbacks(streamer, on_step)
-    _check_model(model)
-    if attention_mask is not None:
-        attention_mask = _mask(attention_mask, input_ids)
-    device = next(iter(model.parameters()), input_ids).device
+    ids, mask = _checked_inputs(model, input_ids, attention_mask, streamer, on_step)
+    if input_ids.shape[0] > 1:
+        with torch.no_grad():
+            sequences, rows, stats = loop.run_batch(model, ids, config, attention_mask=mask,
+                                                    logits_processor=processors, stopping_criteria=criteria)
+        return Generation(sequences=sequences, prompt_length=input_ids.shape[1], stats=stats, rows=rows)
     if streamer is not None:  # the streamer protocol of generate(): the prompt first
         streamer.put(input_ids.cpu())
-    if input_ids.shape[0] > 1:
-        if streamer is not None or on_step is not None:
-            raise ValueError("streamer/on_step: not supported for a batch (batch size "
-                             f"{input_ids.shape[0]}); pass one row, or neither")
-        with torch.no_grad():
-            sequences, rows, stats = loop.run_batch(
-                model, input_ids.to(device=device, dtype=torch.long), config,
-                attention_mask=None if attention_mask is None else attention_mask.to(device),
-                logits_processor=processors, stopping_criteria=criteria)
-        return Generation(sequences=sequences, prompt_length=input_ids.shape[1], stats=stats, rows=rows)
     with torch.no_grad():
-        result = loop.run(
-            model, input_ids.to(device=device, dtype=torch.long), config,
-            attention_mask=None if attention_mask is None else attention_mask.to(device),
-            logits_processor=processors, stopping_criteria=criteria, streamer=streamer,
-            on_step=on_step)
+        result = loop.run(model, ids, config, attention_mask=mask, logits_processor=processors,
+                          stopping_criteria=criteria, streamer=streamer, on_step=on_step)
     if streamer is not None:
         streamer.end()
     return Generation(sequences=result.sequences, prompt_length=input_ids.shape[1], stats=result.stats)
+
+
+def _checked_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Any, streamer: Any,
+                    on_step: Any) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(ids, mask) on the model's device, after the model, the callbacks and
+    the mask are checked (an error naming the argument otherwise)."""
+    _check_callbacks(streamer, on_step)
+    _check_model(model)
+    if input_ids.shape[0] > 1 and (streamer is not None or on_step is not None):
+        raise ValueError("streamer/on_step: not supported for a batch (batch size "
+                         f"{input_ids.shape[0]}); pass one row, or neither")
+    device = next(iter(model.parameters()), input_ids).device
+    mask = None if attention_mask is None else _mask(attention_mask, input_ids).to(device)
+    return input_ids.to(device=device, dtype=torch.long), mask
 
 
 def _prompt(input_ids: Any) -> torch.Tensor:

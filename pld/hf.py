@@ -260,12 +260,14 @@ def _generate_cache(model_kwargs: dict) -> Any:
 
 def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
     """The native loop's options for a generate() call: enable()'s, and what
-    its generation_config asks for."""
+    its generation_config asks for (what it leaves unset, such as
+    max_matching_ngram_size, keeps DecodeConfig's default)."""
+    ngram = config.max_matching_ngram_size
     return DecodeConfig(**{
         **_options,
+        **({"max_ngram_size": ngram} if ngram else {}),
         "max_new_tokens": budget,
         "num_pred_tokens": config.prompt_lookup_num_tokens,
-        "max_ngram_size": config.max_matching_ngram_size or 2,
         "eos_token_id": getattr(config, "_eos_token_tensor", None),
         "do_sample": bool(config.do_sample),  # (its warpers come as logits processors)
         "output_scores": bool(want_dict and config.output_scores),
@@ -299,13 +301,13 @@ def enable(**options: Any) -> None:
     ``adaptive``, ``policy``, ``min_ngram_size``, ``semantics``); they are
     validated now and hold until the next enable() or disable().
 
-    ``cost_aware`` (default on): the native loop drops drafts from match
-    sizes that have not paid for their verification on this machine (see
-    :class:`pld.draft_length.CostGate`); on a GPU, or on a CPU with the
-    oneDNN kernel, it lets nearly all through; with torch's default kernel
-    on a CPU it skips weak 1-gram matches. Off: every draft is verified, as
-    transformers does. The output is the same either way. Greedy decoding
-    only: under sampling every draft is verified, so seeded runs repeat.
+    ``cost_aware`` (default on): the native loop verifies the draft tokens
+    whose expected gain pays for the wider forward (pld.width_budget: the
+    forward cost measured on the model, the acceptance learned during the
+    generation); on a GPU, or on a CPU with the oneDNN kernel, it lets
+    nearly all through; with torch's default kernel on a CPU it skips weak
+    1-gram matches. Off: every draft is verified, as transformers does.
+    The output is the same either way.
 
     ``linear_kernel`` (default ``"auto"``): while the native loop runs, a
     float32 model on the CPU computes its linear layers with oneDNN, which

@@ -1,8 +1,12 @@
-"""The native prompt-lookup decoding loop: :func:`run`.
+"""The native prompt-lookup decoding loop: :func:`run` (one row) and
+:func:`run_batch` (B rows).
 
 A run builds a :class:`~pld.hf_adapter.TransformersAdapter` (the model and
 its KV cache, the kernel choices), a :class:`~pld.decoder.Decoder` (the
-step: propose, verify, accept, commit) and steps it until it is done.
+step: propose, verify, accept, commit, for one row or B, linear drafts or
+trees) and steps it until it is done. What the model cannot serve exactly
+falls back here, with one warning: a tree to linear drafts, a batch to its
+rows one at a time.
 """
 from __future__ import annotations
 
@@ -14,7 +18,6 @@ import torch
 
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
 from .decoder import Decoder, LoopResult, LoopStats, StepRecord
-from .tree_decoder import TreeDecoder
 from .hf_adapter import TransformersAdapter, cache_blocker, model_traits
 
 logger = logging.getLogger("pld")
@@ -23,16 +26,13 @@ logger = logging.getLogger("pld")
 # new tokens up front (the loop reserves as its buffer grows).
 RESERVE_MAX_NEW_TOKENS = 1 << 16
 
-#: Options of :func:`run` where the caller passes none: every draft is
-#: verified and no eos is assumed (pld.generate and pld.enable() decide
-#: those for their users).
-RUN_DEFAULTS = {"cost_aware": False, "eos_token_id": None}
-
 __all__ = ["run", "LoopResult", "LoopStats", "StepRecord", "check_size", "cache_blocker",
-           "MAX_DRAFT_TOKENS", "MAX_INDEX_TOKENS", "RUN_DEFAULTS", "DEBUG_CHECKS"]
+           "MAX_DRAFT_TOKENS", "MAX_INDEX_TOKENS", "DEBUG_CHECKS"]
 
 #: After every step, check that the KV cache holds exactly the tokens the
-#: step kept (a RuntimeError naming both counts otherwise). Set from
+#: step kept, and every forward after the prefill is exactly as wide as the
+#: pending token and the chosen nodes (a RuntimeError naming the counts
+#: otherwise). Set from
 #: PLD_DEBUG_CACHE=1 at import (the test suite sets it); read by every run.
 DEBUG_CHECKS = os.environ.get("PLD_DEBUG_CACHE", "") not in ("", "0")
 
@@ -41,7 +41,7 @@ def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
     """The loop's cache when the caller gives none: pld.kv_cache's (room for
     the prompt, the first stretch of output and a draft; it doubles as the
     output grows), or transformers' DynamicCache for a model it cannot serve."""
-    from .decoder import INITIAL_NEW_TOKENS
+    from .row_state import INITIAL_NEW_TOKENS
     from .kv_cache import cache_for
 
     room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.num_pred_tokens + 1
@@ -82,13 +82,13 @@ def masks_blocker(model: Any) -> Optional[str]:
 
 
 def resolve_config(model: Any, config: Optional[DecodeConfig], options: dict) -> DecodeConfig:
-    """The run's DecodeConfig: ``config`` (or RUN_DEFAULTS) with the
-    keyword ``options`` (``eos_token_ids`` an alias of ``eos_token_id``),
-    its eos resolved from the model's generation config."""
+    """The run's DecodeConfig: ``config`` (or DecodeConfig's defaults) with
+    the keyword ``options`` (``eos_token_ids`` an alias of
+    ``eos_token_id``), its eos resolved from the model's generation config."""
     if "eos_token_ids" in options:
         options["eos_token_id"] = options.pop("eos_token_ids")
     if config is None:
-        config = DecodeConfig(**{**RUN_DEFAULTS, **options})
+        config = DecodeConfig(**options)
     elif options:
         config = config.replace(**options)
     return config.with_model_eos(model)
@@ -110,8 +110,8 @@ def run(
     """Generate after ``input_ids`` ([1, L]) with a transformers causal LM.
 
     The options are a :class:`~pld.config.DecodeConfig`, or its fields as
-    keywords (defaults: the dataclass's, except :data:`RUN_DEFAULTS`;
-    ``eos_token_ids`` is an alias of ``eos_token_id``). ``cache`` is an
+    keywords (defaults: the dataclass's; ``eos_token_ids`` is an alias of
+    ``eos_token_id``). ``cache`` is an
     empty transformers cache with ``crop`` (default: :func:`default_cache`).
     ``stopping_criteria`` are called after every new token, as in plain
     decoding, so a stop inside an accepted block ends the output exactly
@@ -124,20 +124,34 @@ def run(
     if cache is None:
         cache = default_cache(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
-    decoder_class = Decoder
-    if config.draft_tree:
-        reason = tree_blocker(model, cache)
-        if reason is None:
-            decoder_class = TreeDecoder
-        else:
-            logger.warning("pld: linear drafts instead of a token tree (%s: %s)", type(model).__name__, reason)
-    decoder = decoder_class(adapter, input_ids, config, attention_mask=attention_mask,
+    config = _linear_if_no_tree(model, cache, config)
+    decoder = Decoder(adapter, input_ids, config, attention_mask=attention_mask,
                       logits_processor=logits_processor or (),
                       stopping_criteria=stopping_criteria or (), streamer=streamer, on_step=on_step)
+    return _steps(adapter, decoder)
+
+
+def _steps(adapter: TransformersAdapter, decoder: Decoder) -> LoopResult:
     with adapter.kernels():
         while decoder.step():
             pass
     return decoder.result()
+
+
+def _linear_if_no_tree(model: Any, cache: Any, config: DecodeConfig) -> DecodeConfig:
+    """``config``, or -- where a token tree cannot be verified exactly
+    (:func:`tree_blocker`) -- its linear drafts, with a warning."""
+    from .decoder import source_names
+    from .drafts import build
+
+    if not any(s.branches for s in build(source_names(config), config)):
+        return config
+    reason = tree_blocker(model, cache)
+    if reason is None:
+        return config
+    logger.warning("pld: linear drafts instead of a token tree (%s: %s)", type(model).__name__, reason)
+    return config.replace(draft_tree=False, draft_sources=None)
+
 
 
 def run_batch(
@@ -153,14 +167,14 @@ def run_batch(
     **options: Any,
 ) -> Tuple[torch.Tensor, List[List[int]], LoopStats]:
     """Generate after a batch ``input_ids`` ([B, L], left-padded as
-    ``attention_mask`` says) with :class:`~pld.batch_decoder.BatchDecoder`.
+    ``attention_mask`` says) with :class:`~pld.decoder.Decoder`.
     Returns (sequences [B, L + longest output] with shorter rows filled
     with ``pad_token_id``, each row's new tokens, stats). Every row's
     tokens are those of greedy decoding of that row alone (float32);
     sampling keeps each row's distribution. A model whose logits pld's 4D
     masks would change (:func:`masks_blocker`) has its rows decoded one at
     a time instead, exactly, with a warning."""
-    from .batch_decoder import BatchDecoder, check_left_padded
+    from .batch_inputs import check_left_padded
 
     config = resolve_config(model, config, options)
     mask = check_left_padded(input_ids, attention_mask)
@@ -175,13 +189,12 @@ def run_batch(
     if cache is None:
         cache = batch_cache(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
-    decoder = BatchDecoder(adapter, input_ids, config, attention_mask=attention_mask,
-                           logits_processor=logits_processor or (),
-                           stopping_criteria=stopping_criteria or (), pad_token_id=pad_token_id)
-    with adapter.kernels():
-        while decoder.step():
-            pass
-    return decoder.sequences(), [list(n) for n in decoder.new], decoder.stats
+    config = _linear_if_no_tree(model, cache, config)
+    decoder = Decoder(adapter, input_ids, config, attention_mask=mask.long(),
+                      logits_processor=logits_processor or (),
+                      stopping_criteria=stopping_criteria or (), pad_token_id=pad_token_id)
+    result = _steps(adapter, decoder)
+    return result.sequences, result.rows, result.stats
 
 
 def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor, config: DecodeConfig,
@@ -190,7 +203,7 @@ def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
     """The batch's rows, each by :func:`run` with its left padding (as
     batched generate shows a row to processors and criteria); the
     processors set up for the whole batch see each row at its index."""
-    from .batch_decoder import in_batch, pad_id, padded_sequences
+    from .batch_inputs import in_batch, pad_id, padded_sequences
 
     B, L = input_ids.shape
     new: List[List[int]] = []

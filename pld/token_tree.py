@@ -349,17 +349,55 @@ def _agreement(tree: TokenTree) -> Sequence[int]:
 
 
 def choose(reach: Sequence[float], cost, pending: int, max_width: int) -> List[int]:
-    """The nodes to verify: the W likeliest to be reached (creation order
-    returned, so parents come first), W in [0, max_width] maximising
-    ``(1 + their reach) / cost(pending + W)``."""
-    order = sorted(range(len(reach)), key=lambda j: (-reach[j], j))[:max_width]
-    best_w, best_rate, gained = 0, 1.0 / cost(pending), 1.0
-    for w, j in enumerate(order, start=1):
-        gained += reach[j]
+    """The nodes to verify of one tree: :func:`choose_rows` for one row."""
+    return choose_rows([reach], cost, pending, max_width)[0]
+
+
+def choose_rows(reaches: Sequence[Sequence[float]], cost, pending: int, max_width: int) -> List[List[int]]:
+    """The nodes to verify in one forward of every row (``reaches``: per
+    row, each node's probability of being reached): every row its W
+    likeliest nodes (creation order returned, so parents come first; an
+    ancestor-closed set, as a child is never likelier than its parent),
+    one W in [0, max_width] for all rows, the one maximising the expected
+    tokens of the step over the forward's cost, ``sum over rows of (1 +
+    their reach) / cost(pending + W)`` (a row with fewer nodes pads its
+    block with filler)."""
+    orders = [sorted(range(len(r)), key=lambda j: (-r[j], j))[:max_width] for r in reaches]
+    widest = max((len(o) for o in orders), default=0)
+    gained = float(len(reaches))
+    best_w, best_rate = 0, gained / cost(pending)
+    for w in range(1, widest + 1):
+        gained += sum(r[o[w - 1]] for r, o in zip(reaches, orders) if len(o) >= w)
         rate = gained / cost(pending + w)
         if rate > best_rate:
             best_w, best_rate = w, rate
-    return sorted(order[:best_w])
+    return [sorted(o[:best_w]) for o in orders]
+
+
+def merge(tree: TokenTree, other: TokenTree) -> TokenTree:
+    """``tree`` with the nodes of ``other`` (same root) that it lacks: a
+    node of ``other`` whose (parent, token) is in ``tree`` is that node."""
+    out = TokenTree(list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.ngrams),
+                    list(tree.supports))
+    where = {(p, t): j for j, (p, t) in enumerate(zip(out.parents, out.tokens))}
+    mapped: List[int] = []
+    for j, (t, p) in enumerate(zip(other.tokens, other.parents)):
+        parent = mapped[p] if p >= 0 else -1
+        key = (parent, t)
+        if key not in where:
+            where[key] = len(out.tokens)
+            out.tokens.append(t)
+            out.parents.append(parent)
+            out.depths.append(other.depths[j])
+            out.ngrams.append(other.ngrams[j])
+            out.supports.append(other.supports[j])
+        mapped.append(where[key])
+    return out
+
+
+def is_chain(parents: Sequence[int]) -> bool:
+    """Whether local ``parents`` (-1: the root) are one chain in order."""
+    return all(p == i - 1 for i, p in enumerate(parents))
 
 
 def local_parents(tree: TokenTree, chosen: Sequence[int]) -> List[int]:
@@ -389,6 +427,29 @@ def tree_visibility(context_mask: torch.Tensor, cached: int, pending: int,
         ancestors[i, i] = True
     allowed[:, :cur] &= context_mask.to(torch.bool)[None, :cur]
     return allowed
+
+
+def block_visibility(pending_valid: Sequence[bool], parents: Sequence[int], width: int) -> torch.Tensor:
+    """Which of a step's new tokens each new token sees: bool [P + width,
+    P + width] for P pending tokens (``pending_valid``: False for padding,
+    which no token sees) and ``width`` node slots, the first
+    ``len(parents)`` of them a row's chosen nodes (``parents`` local, -1:
+    the root), the rest filler. Pending tokens see the pending tokens
+    before them; a node sees the pending tokens, its ancestors and itself;
+    filler sees the pending tokens and itself."""
+    p = len(pending_valid)
+    q = p + width
+    seen = torch.zeros((q, q), dtype=torch.bool)
+    seen[:p, :p] = torch.ones((p, p), dtype=torch.bool).tril()
+    seen[p:, :p] = True
+    nodes = seen[p:, p:]
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            nodes[i] = nodes[parent]
+        nodes[i, i] = True
+    nodes.fill_diagonal_(True)  # (and every filler slot itself)
+    seen[:, :p] &= torch.tensor(list(pending_valid), dtype=torch.bool)[None]
+    return seen
 
 
 def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parents: Sequence[int],

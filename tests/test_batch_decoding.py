@@ -188,21 +188,21 @@ def test_batch_exact_through_cache_compactions(arch, monkeypatch):
     would change the tokens."""
     import torch
 
-    from pld import batch_decoder, loop
+    from pld import loop, slot_table
 
-    monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_MIN_SLOTS", 8)
-    monkeypatch.setattr(batch_decoder.BatchDecoder, "COMPACT_SHARE", 0.01)
+    monkeypatch.setattr(slot_table, "COMPACT_MIN_SLOTS", 8)
+    monkeypatch.setattr(slot_table, "COMPACT_SHARE", 0.01)
     model = mf.sharp_model(arch)
     rng = random.Random(f"batch-compact-{arch}")
     compactions = 0
-    original = batch_decoder.BatchDecoder.sequences
+    original = slot_table.SlotTable.gather
 
-    def counting(self):
+    def counting(self, index):
         nonlocal compactions
-        compactions += self.compactions
-        return original(self)
+        compactions += 1
+        return original(self, index)
 
-    monkeypatch.setattr(batch_decoder.BatchDecoder, "sequences", counting)
+    monkeypatch.setattr(slot_table.SlotTable, "gather", counting)
     for _ in range(3):
         prompts = [mf.repeated_prompt(rng) for _ in range(5)]
         ids, mask = _batch(prompts)

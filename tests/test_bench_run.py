@@ -71,7 +71,7 @@ def test_chat_input_ids_put_the_answer_between_the_turns():
 
 
 def test_batch_run_compares_at_the_same_batch_size(tmp_path, capsys):
-    """--batch-size 2: batched greedy, pld and pld_full on batches of the
+    """--batch-size 2: batched greedy, pld, pld_tree and pld_full on batches of the
     built-in prompts (embedded model); every row identical to greedy's."""
     from pld.bench.__main__ import main
 
@@ -82,7 +82,7 @@ def test_batch_run_compares_at_the_same_batch_size(tmp_path, capsys):
         rows = [json.loads(line) for line in fh]
     methods = {r["method"] for r in rows}
     # greedy_onednn where pld's loop routes the linear layers to oneDNN here
-    assert methods - {"greedy_onednn"} == {"greedy", "pld", "pld_full"}
+    assert methods - {"greedy_onednn"} == {"greedy", "pld", "pld_tree", "pld_full"}
     assert len(rows) == len(methods) * 2  # two tasks, one batch of two each
     for r in rows:
         assert r["rows"] == 2 and 0 < r["new_tokens"] <= 16 and r["identical_rows"] == 2

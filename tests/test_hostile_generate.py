@@ -102,10 +102,10 @@ def test_growing_buffers_keep_greedy_tokens(arch, monkeypatch):
     """A start of 2 new tokens (plus a draft): the buffers grow several times
     in a short run; pld.generate and the enable() path give plain greedy's
     tokens."""
-    from pld import decoder
+    from pld import row_state
     from pld.sequence_buffer import SequenceBuffer
 
-    monkeypatch.setattr(decoder, "INITIAL_NEW_TOKENS", 2)
+    monkeypatch.setattr(row_state, "INITIAL_NEW_TOKENS", 2)
     grown = []
     real_ensure = SequenceBuffer.ensure
 

@@ -129,7 +129,8 @@ def test_the_loop_runs_every_forward_on_the_chosen_kernel(arch, monkeypatch):
             widths.clear()
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=16,
-                                  num_pred_tokens=4, record_steps=True, linear_kernel=mode)
+                                  num_pred_tokens=4, record_steps=True, linear_kernel=mode,
+                                  cost_aware=False)  # (no calibration forwards)
             assert len(widths) == (result.stats.steps * n_layers if routed else 0), mode
             if routed:  # the prefill first, then one pending token plus the draft
                 steps = result.stats.records

@@ -130,19 +130,19 @@ def test_tree_under_model_generate(arch, monkeypatch):
     import torch
 
     import pld
-    from pld.tree_decoder import TreeDecoder
+    from pld.decoder import Decoder
 
     model = mf.tiny_model(arch)
     counter = mf.install_counter(monkeypatch)
     trees = []
-    original = TreeDecoder.propose_tree
+    original = Decoder.propose
 
     def counting(self):
-        tree, chosen = original(self)
-        trees.append(len(chosen))
-        return tree, chosen
+        plans = original(self)
+        trees.append(sum(len(p.chosen) for p in plans))
+        return plans
 
-    monkeypatch.setattr(TreeDecoder, "propose_tree", counting)
+    monkeypatch.setattr(Decoder, "propose", counting)
     rng = random.Random(f"tree-hf-{arch}")
     for _ in range(6):
         ids = mf.as_ids(_branching_prompt(rng))
@@ -286,12 +286,12 @@ def test_the_budget_explores_a_bucket_whose_mean_does_not_pay():
     step's predicted total is the chosen nodes' mean reach."""
     import torch
 
-    from pld import tree_decoder
+    from pld import width_budget
     from pld.forward_cost import ForwardCost
     from pld.token_tree import AcceptanceModel, choose
     from test_tree_successors import _decoder
 
-    assert tree_decoder.EXPLORATION > 0
+    assert width_budget.EXPLORATION > 0
     prior = tuple(tuple(((0.1,) * 4,) * 5 for _ in range(3)) for _ in range(4))
     model = mf.sharp_model(mf.ARCHS[0])
     rng = random.Random("explore")
@@ -306,12 +306,13 @@ def test_the_budget_explores_a_bucket_whose_mean_does_not_pay():
     with torch.no_grad(), adapter.kernels():
         decoder.step()  # the prefill (no budget)
         decoder.acceptance = AcceptanceModel(prior=prior)  # the prior's rates, nothing learnt
-        tree, chosen = decoder.propose_tree()
+        (plan,) = decoder.propose()
+    tree, chosen = plan.tree, plan.chosen
+    assert chosen  # hopeful: sqrt(0.09 / 5) = 0.13 more
     acceptance = decoder.acceptance
     mean = acceptance.scaled(acceptance.reach(tree))
     assert max(mean) < 0.15 and choose(mean, cost, 1, 32) == []
-    assert chosen  # hopeful: sqrt(0.09 / 5) = 0.13 more
-    assert decoder._predicted == pytest.approx(sum(acceptance.reach(tree)[j] for j in chosen))
+    assert plan.predicted == pytest.approx(sum(acceptance.reach(tree)[j] for j in chosen))
 
 
 def test_agreement_picks_the_bucket_a_node_is_scored_and_counted_in():

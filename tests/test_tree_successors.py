@@ -176,16 +176,16 @@ def test_scale_follows_accepted_per_predicted_and_keeps_the_order():
 
 # -- in the decoder ------------------------------------------------------------
 
-def _decoder(model, ids, **options):
+def _decoder(model, ids, on_step=None, **options):
     from pld.config import DecodeConfig
     from pld.hf_adapter import TransformersAdapter
     from pld.kv_cache import cache_for
-    from pld.tree_decoder import TreeDecoder
+    from pld.decoder import Decoder
 
     config = DecodeConfig(**{"draft_tree": True, "tree_successors": True, "eos_token_id": None,
                              **options})
     adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + config.max_new_tokens + 64))
-    return adapter, TreeDecoder(adapter, ids, config)
+    return adapter, Decoder(adapter, ids, config, on_step=on_step)
 
 
 @pytest.mark.parametrize("arch", mf.ARCHS)
@@ -197,30 +197,36 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
     verified = accepted = 0
     for _ in range(6):
         ids = mf.as_ids([rng.randrange(mf.PROMPT_VOCAB) for _ in range(rng.randint(2, 8))])
-        adapter, decoder = _decoder(model, ids, max_new_tokens=40, cost_aware=False, tree_width=16)
+        steps = []
+        adapter, decoder = _decoder(model, ids, on_step=steps.append, max_new_tokens=40, cost_aware=False,
+                                    tree_width=16)
+        row = decoder.rows[0]
         with torch.no_grad(), adapter.kernels():
             while True:
-                before = decoder.cur
-                root = int(decoder.buf.ids[0, before - 1])
-                table = decoder.successors.table.clone() if decoder.successors else None
-                pairs = dict(decoder.successors.pairs) if decoder.successors else None
-                previous = int(decoder.buf.ids[0, before - 2]) if before >= 2 else -1
+                before = row.cur
+                root = int(row.buf.ids[0, before - 1])
+                successors = row.memory.get("successors")
+                table = successors.table.clone() if successors else None
+                pairs = dict(successors.pairs) if successors else None
+                previous = int(row.buf.ids[0, before - 2]) if before >= 2 else -1
                 more = decoder.step()
-                assert len(decoder.index) == decoder.cur  # a guess leaves no token behind
-                tree, chosen = decoder._tree, decoder._chosen
+                successors = row.memory["successors"]
+                assert len(row.index) == row.cur  # a guess leaves no token behind
+                record = steps[-1]
+                tree, chosen = record.tree, record.chosen
+                path = [chosen.index(j) for j in record.path]  # offsets in chosen
                 # each row's pair (the token before its input, its input) maps
                 # to the model's token there, where no later row shares the pair
                 keys = [(previous, root)] + [
                     (root if tree.parents[j] < 0 else tree.tokens[tree.parents[j]], tree.tokens[j])
                     for j in chosen]
-                rows = [0] + [1 + j for j in decoder._path]  # the rows the walk read
-                for i, row in enumerate(rows):
-                    if before + i < decoder.cur and keys[row][0] >= 0 and keys[row] not in keys[row + 1:]:
-                        assert decoder.successors.pairs[keys[row]] == int(
-                            decoder.buf.ids[0, before + i])
+                rows = [0] + [1 + j for j in path]  # the rows the walk read
+                for i, r in enumerate(rows):
+                    if before + i < row.cur and keys[r][0] >= 0 and keys[r] not in keys[r + 1:]:
+                        assert successors.pairs[keys[r]] == int(row.buf.ids[0, before + i])
                 if not chosen or root not in [tree.tokens[j] for j in chosen]:
                     # the root's row (argmax: the step's first new token) was remembered
-                    assert decoder.successors.successors(root, 1) == [int(decoder.buf.ids[0, before])]
+                    assert successors.successors(root, 1) == [int(row.buf.ids[0, before])]
                 if chosen and table is not None:
                     # each node's agreement is the table's as the step proposed
                     above = [root if p < 0 else tree.tokens[p] for p in tree.parents]
@@ -229,10 +235,10 @@ def test_successor_nodes_are_verified_and_accepted_and_the_index_is_restored(arc
                         for p, a, t in zip(tree.parents, above, tree.tokens)]
                 if chosen:
                     verified += sum(tree.ngrams[j] == 0 for j in chosen)
-                    accepted += sum(tree.ngrams[chosen[i]] == 0 for i in decoder._path)
+                    accepted += sum(tree.ngrams[j] == 0 for j in record.path)
                 if not more:
                     break
-        assert decoder.buf.ids[0, ids.shape[1]:decoder.cur].tolist() == mf.greedy(model, ids, 40)
+        assert row.buf.ids[0, ids.shape[1]:row.cur].tolist() == mf.greedy(model, ids, 40)
     assert verified >= 20 and accepted >= 5, (verified, accepted)
 
 
@@ -246,7 +252,7 @@ def test_joint_distribution_of_three_tokens_through_successor_nodes():
     import torch
 
     import pld
-    from pld import tree_decoder
+    from pld.decoder import Decoder
     from test_accept import chi2_pvalue
     from test_hf_sampling import ALPHA, TEMPERATURE, V, _next_probs, _pooled, _stat_model
 
@@ -265,20 +271,21 @@ def test_joint_distribution_of_three_tokens_through_successor_nodes():
     assert abs(sum(law) - 1) < 1e-9
 
     seen = Counter()
-    original = tree_decoder.TreeDecoder.propose_tree
+    original = Decoder.propose
 
     def spy(self):
-        tree, chosen = original(self)
-        if self.model.cached and chosen:  # a drafted step after the first
+        plans = original(self)
+        (plan,) = plans
+        if self.model.cached and plan.chosen:  # a drafted step after the first
             seen["steps"] += 1
-            seen["with successors"] += any(tree.ngrams[j] == 0 for j in chosen)
-        return tree, chosen
+            seen["with successors"] += any(plan.tree.ngrams[j] == 0 for j in plan.chosen)
+        return plans
 
     N = 3000
     counts = Counter()
     ids = torch.tensor([prompt])
     torch.manual_seed(7)
-    tree_decoder.TreeDecoder.propose_tree = spy
+    Decoder.propose = spy
     try:
         for _ in range(N):
             gen = pld.generate(model, ids, max_new_tokens=3, num_pred_tokens=2, max_ngram_size=2,
@@ -287,7 +294,7 @@ def test_joint_distribution_of_three_tokens_through_successor_nodes():
             a, b, c = gen.new_tokens
             counts[(a * V + b) * V + c] += 1
     finally:
-        tree_decoder.TreeDecoder.propose_tree = original
+        Decoder.propose = original
     # successors were verified in most later steps
     assert seen["with successors"] > 0.5 * seen["steps"] and seen["steps"] > N // 3, seen
     pooled_counts, pooled_probs = _pooled(counts, law, N)

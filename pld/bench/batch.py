@@ -11,7 +11,9 @@ warm-up batch:
   greedy      batched ``model.generate(do_sample=False)`` (the reference)
   pld         ``pld.generate`` on the batch: one index a row, one forward a
               step for the batch, the width budget from the measured cost
-  pld_full    the same, every draft verified in full (``cost_aware=False``)
+  pld_tree    the same with token-tree drafts (every row's tree in the one
+              forward, the width budget over rows and nodes)
+  pld_full    linear drafts, every draft verified in full (``cost_aware=False``)
   greedy_onednn
               batched greedy with the model's linear layers on oneDNN, where
               pld's loop picks that kernel on this machine (what the kernel
@@ -32,7 +34,7 @@ import statistics
 import time
 from typing import Any, Callable, Dict, List
 
-METHODS = ("greedy", "pld", "pld_full", "greedy_onednn")
+METHODS = ("greedy", "pld", "pld_tree", "pld_full", "greedy_onednn")
 
 
 def _left_padded(tokenizer: Any, rows: List[Any]) -> Any:
@@ -62,13 +64,13 @@ def _methods(model: Any, args: Any, pad: int) -> Dict[str, Callable]:
             return model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
                                   pad_token_id=pad, temperature=None, top_p=None, top_k=None)
 
-    def lookup(cost_aware):
+    def lookup(**options):
         def run(ids, mask):
             from pld import loop
 
             with torch.no_grad():
                 return loop.run_batch(model, ids, attention_mask=mask, pad_token_id=pad,
-                                      cost_aware=cost_aware, **common)[0]
+                                      **options, **common)[0]
         return run
 
     from pld.linear_kernel import LinearKernel
@@ -80,7 +82,8 @@ def _methods(model: Any, args: Any, pad: int) -> Dict[str, Callable]:
             return greedy(ids, mask)
 
     del pld
-    methods = {"greedy": greedy, "pld": lookup(True), "pld_full": lookup(False)}
+    methods = {"greedy": greedy, "pld": lookup(), "pld_tree": lookup(draft_tree=True),
+               "pld_full": lookup(cost_aware=False)}
     if kernel.active:
         methods["greedy_onednn"] = greedy_kernel
     return methods

@@ -25,13 +25,12 @@ class Setup:
         return [eos] if isinstance(eos, int) else list(eos or [])
 
     def decode_config(self, **options: Any) -> Any:
-        """The native loop's DecodeConfig for this setup: the loop's defaults
-        (every draft verified), the shared budget and draft settings, the
-        model's eos, and a method's ``options``."""
-        from pld import loop
+        """The native loop's DecodeConfig for this setup: DecodeConfig's
+        defaults, the shared budget and draft settings, the model's eos,
+        and a method's ``options``."""
         from pld.config import DecodeConfig
 
-        return DecodeConfig(**{**loop.RUN_DEFAULTS, "max_new_tokens": self.max_new_tokens,
+        return DecodeConfig(**{"max_new_tokens": self.max_new_tokens,
                                "num_pred_tokens": self.num_pred_tokens,
                                "max_ngram_size": self.max_ngram_size,
                                "eos_token_id": self.eos_ids(), **options})
@@ -185,23 +184,22 @@ def _loop(cache: Callable[[Setup, Any], Any] = _loop_default_cache,
 
 register("pld_adaptive", "native loop, draft length adapts to acceptance (same output)")(_loop(adaptive=True))
 register("pld_min2", "native loop, no draft from a 1-token match (same output)")(_loop(min_ngram_size=2))
-register("pld_gated", "native loop, drafts only from match sizes that pay for their verification "
-         "on this machine (CostGate)")(_loop(cost_aware=True))
-register("pld_torch_linear", "the pld default (native loop, CostGate) with torch's own linear "
-         "kernel instead of oneDNN (pld.linear_kernel)")(_loop(cost_aware=True, linear_kernel="torch"))
-register("pld_owncache", "the pld default (native loop, CostGate) on pld.kv_cache's preallocated "
-         "cache, sized for the output")(_loop(cache=_owned_cache, cost_aware=True))
-register("pld_dynamic_cache", "the pld default (native loop, CostGate) on transformers' DynamicCache "
-         "instead of pld.kv_cache's (what the cache gives)")(_loop(cache=_dynamic_cache, cost_aware=True))
+register("pld_full", "native loop, every draft verified in full: no width budget (same output)")(
+    _loop(cost_aware=False))
+register("pld_torch_linear", "the pld default (native loop, width budget) with torch's own linear "
+         "kernel instead of oneDNN (pld.linear_kernel)")(_loop(linear_kernel="torch"))
+register("pld_owncache", "the pld default (native loop, width budget) on pld.kv_cache's preallocated "
+         "cache, sized for the output")(_loop(cache=_owned_cache))
+register("pld_dynamic_cache", "the pld default (native loop, width budget) on transformers' DynamicCache "
+         "instead of pld.kv_cache's (what the cache gives)")(_loop(cache=_dynamic_cache))
 register("pld_tree", "native loop, token-tree drafts: several candidates a step under a width "
-         "budget from the measured forward cost (same output)")(_loop(draft_tree=True, cost_aware=True))
+         "budget from the measured forward cost (same output)")(_loop(draft_tree=True))
 register("pld_tree_input", "native loop, token-tree drafts from the input only (no model "
-         "successors), under the width budget (same output)")(
-    _loop(draft_tree=True, tree_successors=False, cost_aware=True))
+         "successors), under the width budget (same output)")(_loop(draft_tree=True, tree_successors=False))
 register("pld_tree_w12", "native loop, token-tree drafts, no budget: the 12 likeliest nodes "
          "every step (same output)")(_loop(draft_tree=True, cost_aware=False, tree_width=12))
-register("pld_linear", "native loop, one linear draft a step, the pld default's cost gate "
-         "(same output)")(_loop(cost_aware=True))
+register("pld_linear", "native loop, one linear draft a step under the width budget "
+         "(same output)")(_loop())
 register("pld_clipped", "native loop, transformers' match rule: a match near the end proposes "
          "what follows it, even if shorter than k")(_loop(semantics="transformers"))
 
@@ -213,4 +211,15 @@ def _register_policies() -> None:
         register(f"pld_{policy}", f"native loop, match policy '{policy}'")(_loop(policy=policy))
 
 
+def _register_sources() -> None:
+    """A method for each draft source alone (pld.drafts.REGISTRY): a new
+    source shows up here without editing this file."""
+    from pld.drafts import describe
+
+    for name, text in describe().items():
+        register(f"pld_drafts_{name}", f"native loop, drafts from the '{name}' source alone: {text}")(
+            _loop(draft_sources=(name,)))
+
+
 _register_policies()
+_register_sources()

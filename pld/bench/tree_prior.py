@@ -118,12 +118,13 @@ def prior_literal(prior: tuple) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from pld import forward_cost, models
+    from pld import models
     from pld.config import DecodeConfig
+    from pld.decoder import Decoder
     from pld.hf_adapter import TransformersAdapter
     from pld.kv_cache import cache_for
     from pld.token_tree import AcceptanceModel
-    from pld.tree_decoder import TreeDecoder
+    from pld.width_budget import FirstNodes
 
     from .generation import _progress, chat_input_ids
 
@@ -133,27 +134,19 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = models.load(args.model)
-    counts = AcceptanceModel(prior_weight=0.0)
-
-    class EveryNode(TreeDecoder):
-        """Verifies the first --width nodes of every tree (creation order:
-        ancestor-closed), whatever the prior or the budget would choose."""
-
-        def propose_tree(self):
-            tree, _ = super().propose_tree()
-            return tree, list(range(min(len(tree), args.width))) if tree is not None else []
-
+    counts = AcceptanceModel(prior_weight=0.0)  # the counts gather over all prompts
+    # the first --width nodes of every tree (creation order: ancestor-closed),
+    # whatever the prior or the budget would choose
+    every_node = FirstNodes(args.width)
     config = DecodeConfig(max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
-                          draft_tree=True, tree_width=args.width,
+                          draft_tree=True, tree_width=args.width, cost_aware=False,
                           tree_successors=args.successors,
                           eos_token_id=model.generation_config.eos_token_id)
     bar = _progress(sum(len(p.turns[:1]) for p in prompts), disable=args.no_progress)
     for p in prompts:
         ids = chat_input_ids(tokenizer, list(p.turns[:1]), [])
         adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + args.max_new_tokens + 64))
-        decoder = EveryNode(adapter, ids, config.with_model_eos(model))
-        decoder.acceptance = counts  # the counts gather over all prompts
-        decoder.cost = forward_cost.ForwardCost([1, 2], [1.0, 1.0])  # no calibration needed
+        decoder = Decoder(adapter, ids, config.with_model_eos(model), acceptance=counts, budget=every_node)
         with torch.no_grad(), adapter.kernels():
             while decoder.step():
                 pass
@@ -180,31 +173,27 @@ def _scale(model: Any, tokenizer: Any, prompts: list, config: Any, prior: tuple,
     nodes."""
     import torch
 
-    from pld import forward_cost
+    from pld.decoder import Decoder
     from pld.hf_adapter import TransformersAdapter
     from pld.kv_cache import cache_for
     from pld.token_tree import AcceptanceModel
-    from pld.tree_decoder import TreeDecoder
 
     from .generation import chat_input_ids
 
     totals = [0.0, 0, 0]
 
-    class Likeliest(TreeDecoder):
-        def _count(self, k, ngram, accepted, new, seconds):
-            super()._count(k, ngram, accepted, new, seconds)
-            if self._chosen and self.stats.steps > 1:  # step 1 carries the prompt
-                totals[0] += self._predicted  # the chosen nodes' reach, unscaled
-                totals[1] += len(self._path)
-                totals[2] += 1
+    def count(record: Any) -> None:
+        if record.chosen and decoder.stats.steps > 0:  # the first step carries the prompt
+            totals[0] += record.predicted  # the chosen nodes' reach, unscaled
+            totals[1] += len(record.path)
+            totals[2] += 1
 
     config = config.replace(tree_width=args.scale_width, cost_aware=False)
     for p in prompts:
         ids = chat_input_ids(tokenizer, list(p.turns[:1]), [])
         adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + args.max_new_tokens + 64))
-        decoder = Likeliest(adapter, ids, config.with_model_eos(model))
-        decoder.acceptance = AcceptanceModel(prior=prior)
-        decoder.cost = forward_cost.ForwardCost([1, 2], [1.0, 1.0])
+        decoder = Decoder(adapter, ids, config.with_model_eos(model), acceptance=AcceptanceModel(prior=prior),
+                          on_step=count)
         with torch.no_grad(), adapter.kernels():
             while decoder.step():
                 pass

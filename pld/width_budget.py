@@ -1,0 +1,65 @@
+"""How many draft nodes a step verifies, and which.
+
+Each row's candidate tree is scored by the acceptance model
+(pld.token_tree.AcceptanceModel: the probability that each node is reached,
+from its source, match size, support, depth and agreement, learned during
+the generation from a prior). The step then verifies, in every row, the W
+nodes likeliest to be reached, one W for the whole batch (a forward is
+rectangular), the W that maximises the expected tokens of the step per
+unit of forward cost c(P + W) (pld.forward_cost, measured on the model at
+this batch size and context before the first drafted step and then frozen,
+so the choice never reads the clock within a generation). W = 0 (no draft)
+and a single chain (a linear draft) are among the choices: a linear draft
+is the case of a tree with one branch, so one budget serves linear drafts,
+trees and batches.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+from . import forward_cost
+from .token_tree import EXPLORATION, AcceptanceModel, TokenTree, choose_rows
+
+#: Every node pays: the cost of a step without a budget (the prefill, where
+#: the forward is as wide as the prompt, and cost_aware=False).
+NO_BUDGET = forward_cost.ForwardCost([1, 2], [1.0, 1.0])
+
+
+class WidthBudget:
+    """Chooses the nodes to verify of every row's tree, at most
+    ``max_width`` a row."""
+
+    def __init__(self, max_width: int) -> None:
+        self.max_width = max_width
+
+    def choose(self, trees: Sequence[Optional[TokenTree]], model: AcceptanceModel, cost, pending: int
+               ) -> Tuple[List[List[int]], List[float]]:
+        """(chosen nodes per row, creation order; the chosen nodes' summed
+        reach per row at ``model``'s mean rates, unscaled) for a forward
+        after ``pending`` tokens a row costing ``cost``. Chosen on hopeful
+        estimates (EXPLORATION standard deviations up), judged on the mean
+        ones."""
+        hopeful = [model.scaled(model.reach(t, EXPLORATION)) if t is not None else [] for t in trees]
+        chosen = choose_rows(hopeful, cost, pending, self.max_width)
+        return chosen, predicted(trees, chosen, model)
+
+
+class FirstNodes(WidthBudget):
+    """The first ``max_width`` nodes of every tree in creation order
+    (ancestor-closed), whatever the model or the cost: what the tree
+    prior's fit verifies (pld.bench.tree_prior)."""
+
+    def choose(self, trees: Sequence[Optional[TokenTree]], model: AcceptanceModel, cost, pending: int
+               ) -> Tuple[List[List[int]], List[float]]:
+        chosen = [list(range(min(len(t), self.max_width))) if t is not None else [] for t in trees]
+        return chosen, predicted(trees, chosen, model)
+
+
+def predicted(trees: Sequence[Optional[TokenTree]], chosen: Sequence[Sequence[int]],
+              model: AcceptanceModel) -> List[float]:
+    """Per row, the chosen nodes' summed reach at ``model``'s mean rates."""
+    out = []
+    for tree, nodes in zip(trees, chosen):
+        reach = model.reach(tree) if nodes else []
+        out.append(sum(reach[j] for j in nodes))
+    return out
