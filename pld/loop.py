@@ -105,37 +105,63 @@ def run(
     stopping_criteria: Optional[Sequence[Any]] = None,
     streamer: Any = None,
     on_step: Optional[Callable[[StepRecord], None]] = None,
+    pad_token_id: Optional[int] = None,
     **options: Any,
 ) -> LoopResult:
-    """Generate after ``input_ids`` ([1, L]) with a transformers causal LM.
+    """Generate after ``input_ids`` ([B, L]; a batch left-padded as
+    ``attention_mask`` says) with a transformers causal LM.
 
     The options are a :class:`~pld.config.DecodeConfig`, or its fields as
     keywords (defaults: the dataclass's; ``eos_token_ids`` is an alias of
-    ``eos_token_id``). ``cache`` is an
-    empty transformers cache with ``crop`` (default: :func:`default_cache`).
+    ``eos_token_id``). ``cache`` is an empty transformers cache with
+    ``crop`` (default: :func:`default_cache`, :func:`batch_cache`).
     ``stopping_criteria`` are called after every new token, as in plain
     decoding, so a stop inside an accepted block ends the output exactly
     where token-by-token decoding would; eos and the length budget are
-    handled without them. Greedy output equals plain greedy decoding's
-    (float32), whatever the options; sampling keeps the model's
-    distribution.
+    handled without them. A batch's shorter rows are filled with
+    ``pad_token_id`` (default: the model's). Greedy output equals plain
+    greedy decoding of each row alone (float32), whatever the options;
+    sampling keeps each row's distribution. What a model cannot serve
+    exactly falls back with a warning: a tree to linear drafts, a batch
+    whose logits pld's 4D masks would change (:func:`masks_blocker`) to
+    its rows one at a time.
     """
     config = resolve_config(model, config, options)
+    if input_ids.shape[0] > 1:
+        from .batch_inputs import check_left_padded
+
+        attention_mask = check_left_padded(input_ids, attention_mask).long()
+        if pad_token_id is None:
+            pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+        reason = masks_blocker(model)
+        if reason is not None:
+            logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", input_ids.shape[0],
+                           type(model).__name__, reason)
+            return _rows_one_at_a_time(model, input_ids, attention_mask, config, logits_processor or (),
+                                       stopping_criteria or (), pad_token_id)
     if cache is None:
-        cache = default_cache(model, input_ids.shape[1], config)
+        cache = (batch_cache if input_ids.shape[0] > 1 else default_cache)(model, input_ids.shape[1], config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
-    config = _linear_if_no_tree(model, cache, config)
-    decoder = Decoder(adapter, input_ids, config, attention_mask=attention_mask,
-                      logits_processor=logits_processor or (),
-                      stopping_criteria=stopping_criteria or (), streamer=streamer, on_step=on_step)
-    return _steps(adapter, decoder)
-
-
-def _steps(adapter: TransformersAdapter, decoder: Decoder) -> LoopResult:
+    decoder = Decoder(adapter, input_ids, _linear_if_no_tree(model, cache, config), attention_mask=attention_mask,
+                      logits_processor=logits_processor or (), stopping_criteria=stopping_criteria or (),
+                      streamer=streamer, on_step=on_step, pad_token_id=pad_token_id)
     with adapter.kernels():
         while decoder.step():
             pass
     return decoder.result()
+
+
+def run_batch(model: Any, input_ids: torch.Tensor, config: Optional[DecodeConfig] = None, *,
+              attention_mask: Optional[torch.Tensor] = None, **kwargs: Any
+              ) -> Tuple[torch.Tensor, List[List[int]], LoopStats]:
+    """:func:`run` on a batch ([B, L], left-padded: checked even for B = 1),
+    as (sequences [B, L + longest output] with shorter rows filled with
+    the pad id, each row's new tokens, stats)."""
+    from .batch_inputs import check_left_padded
+
+    mask = check_left_padded(input_ids, attention_mask).long()
+    result = run(model, input_ids, config, attention_mask=mask, **kwargs)
+    return result.sequences, result.rows, result.stats
 
 
 def _linear_if_no_tree(model: Any, cache: Any, config: DecodeConfig) -> DecodeConfig:
@@ -153,53 +179,9 @@ def _linear_if_no_tree(model: Any, cache: Any, config: DecodeConfig) -> DecodeCo
     return config.replace(draft_tree=False, draft_sources=None)
 
 
-
-def run_batch(
-    model: Any,
-    input_ids: torch.Tensor,
-    config: Optional[DecodeConfig] = None,
-    *,
-    cache: Any = None,
-    attention_mask: Optional[torch.Tensor] = None,
-    logits_processor: Optional[Sequence[Any]] = None,
-    stopping_criteria: Optional[Sequence[Any]] = None,
-    pad_token_id: Optional[int] = None,
-    **options: Any,
-) -> Tuple[torch.Tensor, List[List[int]], LoopStats]:
-    """Generate after a batch ``input_ids`` ([B, L], left-padded as
-    ``attention_mask`` says) with :class:`~pld.decoder.Decoder`.
-    Returns (sequences [B, L + longest output] with shorter rows filled
-    with ``pad_token_id``, each row's new tokens, stats). Every row's
-    tokens are those of greedy decoding of that row alone (float32);
-    sampling keeps each row's distribution. A model whose logits pld's 4D
-    masks would change (:func:`masks_blocker`) has its rows decoded one at
-    a time instead, exactly, with a warning."""
-    from .batch_inputs import check_left_padded
-
-    config = resolve_config(model, config, options)
-    mask = check_left_padded(input_ids, attention_mask)
-    if pad_token_id is None:
-        pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-    reason = masks_blocker(model)
-    if reason is not None:
-        logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", input_ids.shape[0],
-                       type(model).__name__, reason)
-        return _rows_one_at_a_time(model, input_ids, mask, config, logits_processor or (),
-                                   stopping_criteria or (), pad_token_id)
-    if cache is None:
-        cache = batch_cache(model, input_ids.shape[1], config)
-    adapter = TransformersAdapter(model, cache, config.linear_kernel, check_cache=DEBUG_CHECKS)
-    config = _linear_if_no_tree(model, cache, config)
-    decoder = Decoder(adapter, input_ids, config, attention_mask=mask.long(),
-                      logits_processor=logits_processor or (),
-                      stopping_criteria=stopping_criteria or (), pad_token_id=pad_token_id)
-    result = _steps(adapter, decoder)
-    return result.sequences, result.rows, result.stats
-
-
 def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor, config: DecodeConfig,
                         processors: Sequence[Any], criteria: Sequence[Any], pad_token_id: Optional[int]
-                        ) -> Tuple[torch.Tensor, List[List[int]], LoopStats]:
+                        ) -> LoopResult:
     """The batch's rows, each by :func:`run` with its left padding (as
     batched generate shows a row to processors and criteria); the
     processors set up for the whole batch see each row at its index."""
@@ -215,4 +197,6 @@ def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, mask: torch.Tensor,
         for name in ("steps", "new_tokens", "proposed_tokens", "accepted_draft_tokens", "forward_seconds",
                      "total_seconds"):
             setattr(stats, name, getattr(stats, name) + getattr(result.stats, name))
-    return padded_sequences(input_ids, new, pad_id(pad_token_id, config)), new, stats
+        stats.records.extend(result.stats.records)
+    return LoopResult(sequences=padded_sequences(input_ids, new, pad_id(pad_token_id, config)), stats=stats,
+                      rows=new)
