@@ -16,9 +16,11 @@ sampling repeats exactly.
 from __future__ import annotations
 
 import bisect
+import collections
+import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Sequence, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 #: Widths (new tokens a forward) the calibration times (a caller adds its
 #: widest). Few, since each is timed on the model itself: c is nearly
@@ -81,7 +83,8 @@ def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
 
     global _calibrating
     best = [float("inf")] * len(widths)
-    _calibrating += 1
+    with _LOCK:
+        _calibrating += 1
     # eval-mode forwards draw nothing; fork_rng keeps torch's CPU RNG state
     # the caller's even for a model that does (a seeded run must repeat)
     try:
@@ -94,11 +97,14 @@ def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
                     forward(w)
                     best[j] = min(best[j], clock() - t0)
     finally:
-        _calibrating -= 1
+        with _LOCK:
+            _calibrating -= 1
     return ForwardCost(widths, [max(s, 1e-9) for s in best])
 
 
 _calibrating = 0
+# Guards _calibrating and _TABLES.
+_LOCK = threading.Lock()
 
 
 def calibrating() -> bool:
@@ -107,8 +113,12 @@ def calibrating() -> bool:
     return _calibrating > 0
 
 
-# Calibrations kept per model: context size class -> ForwardCost.
-_TABLES: "weakref.WeakKeyDictionary[Any, Dict[Tuple, ForwardCost]]" = weakref.WeakKeyDictionary()
+# Calibrations kept per model: key (context size class, ...) -> ForwardCost,
+# least recently used first; at most MAX_TABLES_PER_MODEL a model.
+_TABLES: "weakref.WeakKeyDictionary[Any, collections.OrderedDict[Tuple, ForwardCost]]" = \
+    weakref.WeakKeyDictionary()
+#: Calibrations kept for one model; the least recently used goes first.
+MAX_TABLES_PER_MODEL = 16
 
 
 def size_class(context: int) -> int:
@@ -121,19 +131,42 @@ def size_class(context: int) -> int:
 
 
 def cached_or_measure(model: Any, key: Tuple, forward: Callable[[int], Any],
-                      widths: Sequence[int] = WIDTHS, warm_up: bool = True) -> ForwardCost:
+                      widths: Sequence[int] = WIDTHS, warm_up: bool = True,
+                      clock: Callable[[], float] = time.perf_counter) -> ForwardCost:
     """The model's table for ``key`` (its context size class, dtype, device,
-    kernels...), measured with ``forward`` the first time it is asked for."""
-    try:
-        tables = _TABLES.setdefault(model, {})
-    except TypeError:  # a model that cannot be weakly referenced: measure every time
-        return measure(forward, widths, warm_up=warm_up)
-    table = tables.get(key)
-    if table is None:
-        table = tables[key] = measure(forward, widths, warm_up=warm_up)
+    kernels...), measured with ``forward`` (timed by ``clock``) the first
+    time it is asked for. Keeps the MAX_TABLES_PER_MODEL most recently used
+    tables of each model (a model that cannot be weakly referenced keeps
+    none: measured every time). Safe across threads: the measuring runs
+    outside the lock, and when two threads measure one key at once the
+    first table stored is the one both get."""
+    with _LOCK:
+        tables = _tables_of(model)
+        table = tables.get(key) if tables is not None else None
+        if table is not None:
+            tables.move_to_end(key)
+            return table
+    measured = measure(forward, widths, clock=clock, warm_up=warm_up)
+    if tables is None:
+        return measured
+    with _LOCK:
+        table = tables.setdefault(key, measured)
+        tables.move_to_end(key)
+        while len(tables) > MAX_TABLES_PER_MODEL:
+            tables.popitem(last=False)
     return table
+
+
+def _tables_of(model: Any) -> "Optional[collections.OrderedDict[Tuple, ForwardCost]]":
+    """``model``'s kept tables (created empty), or None for a model that
+    cannot be weakly referenced. The caller holds _LOCK."""
+    try:
+        return _TABLES.setdefault(model, collections.OrderedDict())
+    except TypeError:
+        return None
 
 
 def forget(model: Any) -> None:
     """Drop the calibrations kept for ``model`` (the next generation measures again)."""
-    _TABLES.pop(model, None)
+    with _LOCK:
+        _TABLES.pop(model, None)

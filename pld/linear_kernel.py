@@ -18,8 +18,10 @@ clearly faster on the model's own layers at the widths a prompt-lookup
 step uses (see :func:`onednn_pays`).
 
 :class:`LinearKernel` routes a model's plain float32 CPU ``nn.Linear``
-layers through oneDNN while :meth:`LinearKernel.routing` is active. pld's
-native loop runs inside it (``linear_kernel="auto"``). The two kernels sum
+layers through oneDNN while :meth:`LinearKernel.routing` is active, in the
+thread that is inside it (another thread using the same model meanwhile
+gets torch's product). pld's native loop runs inside it
+(``linear_kernel="auto"``). The two kernels sum
 in different orders, so logits differ from torch's default in the last
 bits, as torch's own one-token and many-token products already differ from
 each other; greedy outputs stay identical unless two logits tie to within
@@ -30,9 +32,13 @@ shows which part.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
+import contextvars
+import threading
 import time
 import types
+import weakref
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -45,7 +51,16 @@ WIDTHS = (1, 9)
 #: "auto" routes only when oneDNN takes at most this share of torch's time,
 #: so that timing noise cannot flip a close call between runs.
 MARGIN = 0.9
-_DECISIONS: Dict[Tuple, bool] = {}
+#: "auto"'s measured decisions kept (layer shapes and thread count -> routes),
+#: the least recently used dropped first.
+MAX_DECISIONS = 64
+_DECISIONS: "collections.OrderedDict[Tuple, bool]" = collections.OrderedDict()
+# Guards _DECISIONS, the oneDNN probe and the routed layers' use counts.
+_LOCK = threading.Lock()
+# Per layer: how many routing() blocks (in any thread) route it now.
+_USERS: "weakref.WeakKeyDictionary[nn.Linear, int]" = weakref.WeakKeyDictionary()
+# The layers this thread (asyncio task: context) routes now: id -> blocks.
+_ROUTED: contextvars.ContextVar[Dict[int, int]] = contextvars.ContextVar("pld_linear_routed", default={})
 
 
 def _onednn_op() -> Optional[Any]:
@@ -75,8 +90,9 @@ _PROBED = False
 def onednn_available() -> bool:
     """Whether this torch build offers a working oneDNN float32 linear."""
     global _OP, _PROBED
-    if not _PROBED:
-        _OP, _PROBED = _onednn_op(), True
+    with _LOCK:
+        if not _PROBED:
+            _OP, _PROBED = _onednn_op(), True
     return _OP is not None
 
 
@@ -117,34 +133,91 @@ class LinearKernel:
 
     @contextlib.contextmanager
     def routing(self) -> Iterator[None]:
-        """While active, the routed layers compute with oneDNN; on exit (also
-        by an exception) every layer has torch's forward again."""
+        """While active, the routed layers compute with oneDNN in this
+        thread; on exit (also by an exception) it is torch's product again.
+
+        Safe across threads and kernels: a layer gets its routed forward
+        when the first block routing it enters (in any thread) and loses
+        it, exactly, when the last one leaves; in between, the routed
+        forward uses oneDNN only in the threads (asyncio tasks: contexts)
+        inside a block that routes that layer, and torch's own forward
+        everywhere else (a plain ``model.generate`` in another thread).
+        Blocks nest."""
         if not self.layers:
             yield
             return
-        # An instance attribute shadows nn.Linear.forward (nn.Module.__call__
-        # looks it up on the instance). The op is read at call time, so a
-        # test can wrap it.
-        for layer in self.layers:
-            layer.__dict__["forward"] = types.MethodType(_onednn_forward, layer)
+        _acquire(self.layers)
+        _enter_thread(self.layers)
         try:
             yield
         finally:
-            for layer in self.layers:
+            _leave_thread(self.layers)
+            _release(self.layers)
+
+
+def _acquire(layers: List[nn.Linear]) -> None:
+    """One more block routes ``layers``: the first gives each its routed
+    forward, an instance attribute that shadows nn.Linear.forward
+    (nn.Module.__call__ looks it up on the instance)."""
+    with _LOCK:
+        for layer in layers:
+            n = _USERS.get(layer, 0)
+            if n == 0:
+                layer.__dict__["forward"] = types.MethodType(_routed_forward, layer)
+            _USERS[layer] = n + 1
+
+
+def _release(layers: List[nn.Linear]) -> None:
+    """One block fewer routes ``layers``: the last one removes the routed
+    forward (torch's class forward shows through again)."""
+    with _LOCK:
+        for layer in layers:
+            n = _USERS.pop(layer, 0) - 1
+            if n > 0:
+                _USERS[layer] = n
+            else:
                 layer.__dict__.pop("forward", None)
 
 
+def _enter_thread(layers: List[nn.Linear]) -> None:
+    """Mark ``layers`` routed in this context (a fresh dict: contexts copied
+    from this one keep what they saw)."""
+    routed = dict(_ROUTED.get())
+    for layer in layers:
+        routed[id(layer)] = routed.get(id(layer), 0) + 1
+    _ROUTED.set(routed)
+
+
+def _leave_thread(layers: List[nn.Linear]) -> None:
+    """Undo :func:`_enter_thread` (tolerates an exit in another context)."""
+    routed = dict(_ROUTED.get())
+    for layer in layers:
+        n = routed.pop(id(layer), 0) - 1
+        if n > 0:
+            routed[id(layer)] = n
+    _ROUTED.set(routed)
+
+
+def _is_routed_forward(forward: Any) -> bool:
+    return getattr(forward, "__func__", None) is _routed_forward
+
+
 def _routable(m: Any) -> bool:
-    # exactly nn.Linear: subclasses (quantized, LoRA, ...) have their own forward
+    # exactly nn.Linear: subclasses (quantized, LoRA, ...) have their own
+    # forward; so has a layer with an instance forward, unless it is ours
+    # (another thread's block routes it now)
+    own = vars(m).get("forward") if isinstance(m, nn.Module) else None
     return (type(m) is nn.Linear and m.weight.device.type == "cpu"
             and m.weight.dtype == torch.float32
             and (m.bias is None or m.bias.dtype == torch.float32)
-            and "forward" not in vars(m))
+            and (own is None or _is_routed_forward(own)))
 
 
-def _onednn_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    if x.dtype != torch.float32:
-        return F.linear(x, self.weight, self.bias)
+def _routed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """The forward of a routed layer: oneDNN (read at call time, so a test
+    can wrap it) where this context routes the layer, else torch's."""
+    if x.dtype != torch.float32 or id(self) not in _ROUTED.get():
+        return nn.Linear.forward(self, x)
     return _OP(x, self.weight, self.bias, "none", [], "")
 
 
@@ -152,12 +225,22 @@ def onednn_pays(layers: List[nn.Linear]) -> bool:
     """Whether oneDNN computes ``layers`` clearly faster than torch's own
     product (at most MARGIN of its time) over the WIDTHS of a prompt-lookup
     step; measured once per process for each set of layer shapes and
-    thread count."""
+    thread count (the last MAX_DECISIONS of them kept, least recently
+    used dropped first; safe across threads)."""
     key = (tuple((tuple(m.weight.shape), m.bias is not None) for m in layers), torch.get_num_threads())
-    if key not in _DECISIONS:
-        t_torch, t_onednn = measure(layers)
-        _DECISIONS[key] = t_onednn <= MARGIN * t_torch
-    return _DECISIONS[key]
+    with _LOCK:
+        if key in _DECISIONS:
+            _DECISIONS.move_to_end(key)
+            return _DECISIONS[key]
+    # measured outside the lock (it runs products); the first decision
+    # stored wins, so threads that measured at once agree
+    t_torch, t_onednn = measure(layers)
+    with _LOCK:
+        routes = _DECISIONS.setdefault(key, t_onednn <= MARGIN * t_torch)
+        _DECISIONS.move_to_end(key)
+        while len(_DECISIONS) > MAX_DECISIONS:
+            _DECISIONS.popitem(last=False)
+    return routes
 
 
 def measure(layers: List[nn.Linear], repeats: int = 3) -> Tuple[float, float]:

@@ -4,12 +4,15 @@ On a tiny Llama whose 4 query heads share 2 key/value heads: a forward
 over several new tokens after a cached prompt gives bit-identical logits
 with and without the switch, without transformers' repeat_kv copies while
 it is active; one-token forwards keep transformers' own path; the switch
-is undone after an exception; pld's loop runs inside it.
+is undone after an exception; pld's loop runs inside it. Across threads:
+the switch acts only in a thread inside the block, stays in place until the
+last block (in any thread) leaves, and nests.
 """
 from __future__ import annotations
 
 import inspect
 import random
+import threading
 
 import pytest
 
@@ -122,3 +125,117 @@ def test_the_loop_reads_shared_heads_in_place(repeat_calls):
         drafted += sum(1 for r in result.stats.records[1:] if r.proposed)
     assert drafted > 0
     assert repeat_calls == []
+
+
+# -- threads ------------------------------------------------------------------
+
+WAIT = 60  # seconds a thread waits for another before the test fails
+
+
+def _ask_wide() -> bool:
+    """What transformers' attention (its module function, looked up now)
+    answers for a three-token query with a mask over shared CPU heads:
+    False from transformers itself, True from the switch."""
+    arity = len(inspect.signature(_ORIGINAL).parameters)
+    mask = torch.ones(1, 1, 3, 33, dtype=torch.bool)
+    key = torch.zeros(1, 2, 33, 8)
+    return sdpa.use_gqa_in_sdpa(*(mask, key, key)[:arity])
+
+
+_ORIGINAL = sdpa.use_gqa_in_sdpa
+
+
+def _in_threads(*targets):
+    """Run each target in its own thread with the caller's intra-op
+    thread count (a new thread's OpenMP default differs, and with it the
+    last bits of a product); re-raise the first failure."""
+    errors = []
+    n_threads = torch.get_num_threads()
+
+    def guarded(target):
+        try:
+            torch.set_num_threads(n_threads)
+            target()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive(), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+def test_the_switch_outlives_a_thread_that_leaves_first():
+    """A enters, B enters, A leaves while B is inside: B still gets the
+    switch; after both, transformers' function is the original again."""
+    assert not _ask_wide()
+    both_in = threading.Barrier(2, timeout=WAIT)
+    a_left = threading.Event()
+    seen = {}
+
+    def a():
+        with shared_kv_heads() as active:
+            assert active
+            both_in.wait()
+            seen["a"] = _ask_wide()
+        a_left.set()
+
+    def b():
+        with shared_kv_heads():
+            both_in.wait()
+            assert a_left.wait(WAIT)
+            seen["b_after_a"] = _ask_wide()
+            seen["installed"] = sdpa.use_gqa_in_sdpa is not _ORIGINAL
+
+    _in_threads(a, b)
+    assert seen == {"a": True, "b_after_a": True, "installed": True}
+    assert sdpa.use_gqa_in_sdpa is _ORIGINAL
+    assert not _ask_wide()
+
+
+def test_a_thread_outside_keeps_transformers_path(repeat_calls):
+    """While thread A is inside, another thread gets transformers' own
+    answer and its forwards copy the heads as transformers does."""
+    model = mf.tiny_model("llama")
+    gen = torch.Generator().manual_seed(7)
+    prompt = torch.randint(0, mf.PROMPT_VOCAB, (1, 30), generator=gen)
+    new = torch.randint(0, mf.PROMPT_VOCAB, (1, 4), generator=gen)
+    expected = _forward(model, prompt, new)
+    a_in, outside_done = threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with shared_kv_heads():
+            a_in.set()
+            assert outside_done.wait(WAIT)
+            repeat_calls.clear()
+            seen["inside"] = (_ask_wide(), torch.equal(_forward(model, prompt, new), expected),
+                              len(repeat_calls))
+
+    def outside():
+        assert a_in.wait(WAIT)
+        try:
+            repeat_calls.clear()
+            seen["outside"] = (_ask_wide(), torch.equal(_forward(model, prompt, new), expected),
+                               len(repeat_calls) > 0)
+            seen["installed"] = sdpa.use_gqa_in_sdpa is not _ORIGINAL
+        finally:
+            outside_done.set()
+
+    _in_threads(a, outside)
+    assert seen == {"outside": (False, True, True), "installed": True, "inside": (True, True, 0)}
+    assert sdpa.use_gqa_in_sdpa is _ORIGINAL
+
+
+def test_nested_blocks_in_one_thread():
+    with shared_kv_heads():
+        with shared_kv_heads():
+            assert _ask_wide()
+        assert _ask_wide()  # the outer block still holds it
+        assert sdpa.use_gqa_in_sdpa is not _ORIGINAL
+    assert sdpa.use_gqa_in_sdpa is _ORIGINAL
+    assert not _ask_wide()

@@ -5,10 +5,15 @@ route only plain float32 CPU nn.Linear layers, put every layer back after
 the block (also after an exception), refuse bad modes by name, and serve
 every forward of the native loop (and none with ``linear_kernel="torch"``).
 Token identity of the loop with either kernel is in test_hf_exactness.py.
+Across threads: oneDNN serves only the threads inside a block, the layers
+keep their routed forward until the last block (any thread, any kernel
+object) leaves, blocks nest, and "auto"'s decisions are bounded (LRU).
 """
 from __future__ import annotations
 
+import collections
 import random
+import threading
 
 import pytest
 
@@ -153,7 +158,7 @@ def test_auto_routes_only_where_onednn_is_measured_clearly_faster(times, routes,
         return times
 
     monkeypatch.setattr(linear_kernel, "measure", fake_measure)
-    monkeypatch.setattr(linear_kernel, "_DECISIONS", {})
+    monkeypatch.setattr(linear_kernel, "_DECISIONS", collections.OrderedDict())
     model = _toy()
     for _ in range(3):
         kernel = linear_kernel.LinearKernel(model)
@@ -171,3 +176,158 @@ def test_measure_times_both_kernels_over_every_layer(monkeypatch):
     assert t_torch > 0 and t_onednn > 0
     # warm-up + 2 rounds, every width, every layer
     assert sorted(seen) == sorted([w for _ in range(3) for w in linear_kernel.WIDTHS for _ in layers])
+
+
+# -- threads ------------------------------------------------------------------
+
+WAIT = 60  # seconds a thread waits for another before the test fails
+
+
+def _onednn_threads(monkeypatch) -> list:
+    """The thread of every oneDNN product from now on."""
+    threads = []
+    real = linear_kernel._OP
+
+    def recording(*args):
+        threads.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(linear_kernel, "_OP", recording)
+    return threads
+
+
+def _in_threads(*targets):
+    """Run each target in its own thread with the caller's intra-op
+    thread count (a new thread's OpenMP default differs, and with it the
+    last bits of a product); re-raise the first failure."""
+    errors = []
+    n_threads = torch.get_num_threads()
+
+    def guarded(target):
+        try:
+            torch.set_num_threads(n_threads)
+            target()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive(), "a thread hung"
+    if errors:
+        raise errors[0]
+
+
+@needs_onednn
+def test_routing_outlives_a_thread_that_leaves_first(monkeypatch):
+    """Two runs on one model, each with its own kernel object: A enters, B
+    enters, A leaves while B is inside: B's forwards stay on oneDNN; after
+    both, every layer has torch's forward again."""
+    model = _toy()
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    calls = _onednn_threads(monkeypatch)
+    both_in = threading.Barrier(2, timeout=WAIT)
+    a_left = threading.Event()
+    seen = {}
+
+    def a():
+        with linear_kernel.LinearKernel(model, "onednn").routing():
+            both_in.wait()
+        a_left.set()
+
+    def b():
+        kernel = linear_kernel.LinearKernel(model, "onednn")
+        with kernel.routing():
+            both_in.wait()
+            assert a_left.wait(WAIT)
+            # a kernel made while B routes finds the same layers
+            seen["layers"] = linear_kernel.LinearKernel(model, "onednn").layers == kernel.layers
+            with torch.no_grad():
+                got = model(x)
+            seen["b"] = (calls.count(threading.get_ident()), all("forward" in vars(m) for m in kernel.layers))
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+    _in_threads(a, b)
+    assert seen == {"layers": True, "b": (2, True)}  # both routed layers, on B's thread
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert linear_kernel._USERS.get(model[0]) is None
+
+
+@needs_onednn
+def test_a_thread_outside_keeps_torchs_product(monkeypatch):
+    """While thread A routes the model, a plain forward in another thread
+    computes with torch's own product, bit for bit."""
+    model = _toy()
+    x = torch.randn(1, 5, 16)
+    with torch.no_grad():
+        expected = model(x)
+    calls = _onednn_threads(monkeypatch)
+    a_in, outside_done = threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with linear_kernel.LinearKernel(model, "onednn").routing():
+            a_in.set()
+            assert outside_done.wait(WAIT)
+            with torch.no_grad():
+                model(x)
+            seen["a"] = calls.count(threading.get_ident())
+
+    def outside():
+        assert a_in.wait(WAIT)
+        try:
+            seen["patched"] = "forward" in vars(model[0])
+            with torch.no_grad():
+                seen["same"] = torch.equal(model(x), expected)
+            seen["outside"] = calls.count(threading.get_ident())
+        finally:
+            outside_done.set()
+
+    _in_threads(a, outside)
+    assert seen == {"patched": True, "same": True, "outside": 0, "a": 2}
+    assert not any("forward" in vars(m) for m in model.modules())
+
+
+@needs_onednn
+def test_nested_routing_in_one_thread(monkeypatch):
+    model = _toy()
+    x = torch.randn(1, 5, 16)
+    calls = _onednn_threads(monkeypatch)
+    kernel = linear_kernel.LinearKernel(model, "onednn")
+    with torch.no_grad(), kernel.routing():
+        with kernel.routing():
+            model(x)
+        assert len(calls) == 2
+        model(x)  # the outer block still routes
+        assert len(calls) == 4
+    with torch.no_grad():
+        model(x)
+    assert len(calls) == 4
+    assert not any("forward" in vars(m) for m in model.modules())
+
+
+def test_auto_decisions_are_kept_least_recently_used_first(monkeypatch):
+    """At most MAX_DECISIONS sets of layer shapes are remembered; a hit
+    measures nothing and makes its set the most recent."""
+    measured = []
+
+    def fake_measure(layers, repeats=3):
+        measured.append(layers[0].in_features)
+        return (1.0, 0.5)
+
+    monkeypatch.setattr(linear_kernel, "measure", fake_measure)
+    monkeypatch.setattr(linear_kernel, "_DECISIONS", collections.OrderedDict())
+    monkeypatch.setattr(linear_kernel, "MAX_DECISIONS", 2)
+    layers = {n: [nn.Linear(n, 4)] for n in (1, 2, 3)}
+    for n in (1, 2, 1, 3):  # 1 again: a hit, so 2 is the oldest when 3 comes
+        assert linear_kernel.onednn_pays(layers[n])
+    assert measured == [1, 2, 3]
+    assert len(linear_kernel._DECISIONS) == 2
+    linear_kernel.onednn_pays(layers[1])
+    assert measured == [1, 2, 3]
+    linear_kernel.onednn_pays(layers[2])  # evicted: measured again
+    assert measured == [1, 2, 3, 2]
