@@ -20,6 +20,10 @@ Subcommands (see ``python -m pld bench --help``):
            lookup and pld per task (summarization, RAG, two-turn chat,
            code editing, translation), methods alternating per prompt;
            built-in offline prompts, Spec-Bench, or the Hub datasets.
+  versus   this build against another (--baseline DIR, e.g. a worktree of
+           the previous commit built in place): pld methods on both, each
+           build in its own worker process, alternating per prompt;
+           tokens/s, tokens per forward and identical outputs.
 
 The modules here need the optional ``bench`` extras (numpy, matplotlib,
 tqdm); torch and transformers are used when importable.
@@ -32,6 +36,7 @@ SUBCOMMANDS = {
     "flood": ("flood", "extend of ids crafted to collide in the index's hash vs random ids"),
     "kv-forward": ("kv_forward", "one-token forward on transformers' DynamicCache vs pld.kv_cache's"),
     "tree-prior": ("tree_prior", "fit the token tree's acceptance prior on prompts the reports do not use"),
+    "versus": ("versus", "this build against another (a previous commit): two workers alternating per prompt"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 
