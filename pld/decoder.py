@@ -39,7 +39,7 @@ from . import drafts, forward_cost
 from .accept_walk import Picker, Walk, walk_row
 from .batch_inputs import ROW_WISE_PROCESSORS, check_left_padded, in_batch, pad_id, padded_sequences
 from .config import MAX_INDEX_TOKENS, MAX_TREE_WIDTH, DecodeConfig, check_size
-from .drafts.base import Proposal
+from .drafts.base import Proposal, cut_at_eos
 from .records import LoopResult, LoopStats, StepRecord
 from .row_state import INITIAL_NEW_TOKENS, Row
 from .slot_table import SlotTable
@@ -371,12 +371,6 @@ def eos_cut(new: Sequence[int], eos: Sequence[int]) -> Tuple[int, bool]:
         if t in eos:
             return j + 1, True
     return len(new), False
-
-
-def cut_at_eos(draft: Sequence[int], eos: Sequence[int]) -> List[int]:
-    from .drafts.prompt_chain import cut_at_eos as cut
-
-    return cut(draft, eos)
 
 
 def _should_stop(criteria: Sequence[Any], ids: torch.Tensor, scores: Optional[torch.Tensor]) -> bool:

@@ -128,15 +128,8 @@ def run(
     """
     config = resolve_config(model, config, options)
     if input_ids.shape[0] > 1:
-        from .batch_inputs import check_left_padded
-
-        attention_mask = check_left_padded(input_ids, attention_mask).long()
-        if pad_token_id is None:
-            pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-        reason = masks_blocker(model)
-        if reason is not None:
-            logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", input_ids.shape[0],
-                           type(model).__name__, reason)
+        attention_mask, pad_token_id, one_at_a_time = _batch_inputs(model, input_ids, attention_mask, pad_token_id)
+        if one_at_a_time:
             return _rows_one_at_a_time(model, input_ids, attention_mask, config, logits_processor or (),
                                        stopping_criteria or (), pad_token_id)
     if cache is None:
@@ -162,6 +155,23 @@ def run_batch(model: Any, input_ids: torch.Tensor, config: Optional[DecodeConfig
     mask = check_left_padded(input_ids, attention_mask).long()
     result = run(model, input_ids, config, attention_mask=mask, **kwargs)
     return result.sequences, result.rows, result.stats
+
+
+def _batch_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor],
+                  pad_token_id: Optional[int]) -> Tuple[torch.Tensor, Optional[int], bool]:
+    """A batch's (mask [B, L] checked left-padded, pad id: the given one or
+    the model's, whether its rows go one at a time: a model whose logits
+    pld's 4D masks would change, with a warning)."""
+    from .batch_inputs import check_left_padded
+
+    mask = check_left_padded(input_ids, attention_mask).long()
+    if pad_token_id is None:
+        pad_token_id = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    reason = masks_blocker(model)
+    if reason is not None:
+        logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", input_ids.shape[0],
+                       type(model).__name__, reason)
+    return mask, pad_token_id, reason is not None
 
 
 def _linear_if_no_tree(model: Any, cache: Any, config: DecodeConfig) -> DecodeConfig:

@@ -220,3 +220,39 @@ def test_a_step_that_keeps_one_node_too_few_is_caught(monkeypatch):
     ids = mf.as_ids(mf.repeated_prompt(random.Random("too-few")))
     with torch.no_grad(), pytest.raises(RuntimeError, match="cached tokens"):
         loop.run(model, ids, max_new_tokens=30, eos_token_id=None, cost_aware=False)
+
+
+def test_two_threads_generating_at_once_each_get_greedys_tokens():
+    """No run changes state another run reads: two threads decode with one
+    model at once (linear drafts in one, a tree in the other, the kernel
+    switches entering and leaving in between) and each gets plain greedy's
+    tokens."""
+    import threading
+
+    import pld
+
+    model = mf.sharp_model("llama")
+    rng = random.Random("threads")
+    prompts = [mf.repeated_prompt(rng) for _ in range(4)]
+    expected = [mf.greedy(model, mf.as_ids(p), 30) for p in prompts]
+    got, errors = {}, []
+    start = threading.Barrier(2)
+
+    def work(name, tree):
+        try:
+            torch.set_num_threads(1)
+            start.wait()
+            for i, p in enumerate(prompts):
+                out = pld.generate(model, mf.as_ids(p), max_new_tokens=30, eos_token_id=None, draft_tree=tree)
+                got[(name, i)] = out.new_tokens
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n, t)) for n, t in (("linear", False), ("tree", True))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert not errors, errors
+    for name in ("linear", "tree"):
+        assert [got[(name, i)] for i in range(len(prompts))] == expected, name

@@ -65,3 +65,13 @@ def chain(tokens: Sequence[int], ngram: int, support: int = 1,
     n = len(tokens)
     return TokenTree(list(tokens), list(range(-1, n - 1)), list(range(1, n + 1)), [ngram] * n,
                      [support] * n, agreement)
+
+
+def cut_at_eos(draft, eos) -> list:
+    """``draft`` up to (without) its first eos token: nothing after an eos
+    is ever generated, so it is not worth verifying."""
+    eos = set(eos)
+    for j, t in enumerate(draft):
+        if t in eos:
+            return list(draft[:j])
+    return list(draft)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..token_tree import TokenTree
 from . import register
-from .base import DraftSource, Proposal, RowView, chain
+from .base import DraftSource, Proposal, RowView, chain, cut_at_eos
 
 
 @register("prompt", "prompt lookup's linear draft: the continuation after the suffix n-gram's match")
@@ -22,12 +22,3 @@ class PromptChain(DraftSource):
         draft = cut_at_eos(draft, ask.eos)
         return chain(draft, ngram) if len(draft) else tree
 
-
-def cut_at_eos(draft, eos) -> list:
-    """``draft`` up to (without) its first eos token: nothing after an eos
-    is ever generated, so it is not worth verifying."""
-    eos = set(eos)
-    for j, t in enumerate(draft):
-        if t in eos:
-            return list(draft[:j])
-    return list(draft)
