@@ -44,7 +44,7 @@ from .records import LoopResult, LoopStats, StepRecord
 from .row_state import INITIAL_NEW_TOKENS, Row
 from .slot_table import SlotTable
 from .token_tree import AcceptanceModel, TokenTree, block_visibility, is_chain, local_parents
-from .width_budget import NO_BUDGET, WidthBudget
+from .width_budget import CHAIN_EXPLORATION, NO_BUDGET, WidthBudget
 
 __all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESSORS", "INITIAL_NEW_TOKENS",
            "eos_cut", "cut_at_eos"]
@@ -96,8 +96,9 @@ class Decoder:
         self.all_rows = list(self.rows)
         self.slots = SlotTable(B, input_ids.device, L + 2 * (config.num_pred_tokens + 1) + 64)
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
-        width = config.tree_width if any(s.branches for s in self.sources) else config.num_pred_tokens
-        self.budget = budget if budget is not None else WidthBudget(width)
+        branches = any(s.branches for s in self.sources)
+        self.budget = budget if budget is not None else (
+            WidthBudget(config.tree_width) if branches else WidthBudget(config.num_pred_tokens, CHAIN_EXPLORATION))
         self.cost: Optional[forward_cost.ForwardCost] = None
         self.pad = pad_id(pad_token_id, config)
         self.stats = LoopStats()
