@@ -255,7 +255,7 @@ def test_adaptive_draft_length_same_tokens(arch):
         for adaptive in (False, True):
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new,
-                                  num_pred_tokens=8, adaptive=adaptive)
+                                  num_pred_tokens=8, adaptive=adaptive, cost_aware=False)
             assert result.sequences[0, ids.shape[1]:].tolist() == expected, adaptive
             assert result.stats.new_tokens == len(expected)
             proposed[adaptive] += result.stats.proposed_tokens
