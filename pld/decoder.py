@@ -218,7 +218,7 @@ class Decoder:
             self.model.truncate_cache(T)
 
         key = ("step", b, forward_cost.size_class(T), str(self.model.dtype), self.input_ids.device.type,
-               self.config.linear_kernel, P)
+               self.config.linear_kernel, P, top)
         with torch.no_grad():
             return forward_cost.cached_or_measure(self.model.model, key, probe, widths,
                                                   warm_up=self.rows[0].prompt_len < top)

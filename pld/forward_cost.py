@@ -26,8 +26,9 @@ from typing import Any, Callable, Optional, Sequence, Tuple
 #: widest). Few, since each is timed on the model itself: c is nearly
 #: linear between them.
 WIDTHS = (1, 2, 8, 16, 32, 64)
-#: Timings per width; the fastest one counts (noise only ever adds time).
-REPEATS = 2
+#: Timings per width; the fastest one counts (noise only ever adds time,
+#: and a table is kept for the model: a load spike must not set it).
+REPEATS = 3
 
 
 class ForwardCost:
