@@ -56,7 +56,8 @@ def _draft_options(drafts: str) -> dict:
     return {"draft_sources": tuple(n.strip() for n in drafts.split(",") if n.strip())}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    """The demo's command line: `python -m pld demo` options."""
     parser = argparse.ArgumentParser(prog="python -m pld demo", description=__doc__)
     parser.add_argument("--model", default=None,
                         help="a local folder, a .gguf file, or a Hub id (default: the embedded SmolLM2-135M-Instruct)")
@@ -72,19 +73,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")
     parser.add_argument("--dtype", default="float32")
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _print_setup(args: argparse.Namespace, input_ids: Any) -> None:
+    """Print the model/versions line and the prompt/settings line (then a
+    blank line)."""
     import torch
     import transformers
 
     import pld
     from . import models
-    from .linear_kernel import LinearKernel
 
-    torch.manual_seed(args.seed)
-    model, tokenizer = models.load(args.model, dtype=args.dtype)
-    prompt = open(args.prompt_file, encoding="utf-8").read() if args.prompt_file else default_prompt()
-    input_ids = build_input_ids(tokenizer, prompt)
     name = args.model or models.EMBEDDED_NAME
     print(f"model: {name} | {args.dtype} | CPU threads {torch.get_num_threads()} | "
           f"torch {torch.__version__} | transformers {transformers.__version__} | pld {pld.__version__} | "
@@ -92,6 +92,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"prompt: {input_ids.shape[1]} tokens; k={args.num_pred_tokens}, max n-gram {args.max_ngram}, "
           f"{'sampling' if args.sample else 'greedy'}, {args.drafts} drafts, "
           f"up to {args.max_new_tokens} new tokens\n")
+
+
+def _plain_and_lookup(args: argparse.Namespace, model: Any, input_ids: Any) -> tuple:
+    """(plain, lookup): zero-argument callables that generate from input_ids
+    with model.generate() and with pld.generate(), each reseeding torch with
+    --seed first, greedy or (--sample) temperature 0.7, top-p 0.9."""
+    import torch
+
+    import pld
 
     sampling = dict(do_sample=True, temperature=0.7, top_p=0.9) if args.sample else dict(do_sample=False)
     plain_kwargs = dict(max_new_tokens=args.max_new_tokens, **sampling)
@@ -110,23 +119,30 @@ def main(argv: Optional[List[str]] = None) -> int:
                             **_draft_options(args.drafts),
                             **({"do_sample": True, "temperature": 0.7, "top_p": 0.9} if args.sample else {}))
 
-    # warm-up: first calls pay for allocation and lazy initialisation
+    return plain, lookup
+
+
+def _warm_up(model: Any, input_ids: Any, drafts: str) -> None:
+    """Generate 8 tokens from the last 64 prompt tokens with model.generate()
+    and pld.generate(): first calls pay for allocation and lazy
+    initialisation, kept out of the timings."""
+    import torch
+
+    import pld
+
     warm = input_ids[:, -64:]
     with torch.no_grad():
         model.generate(warm, max_new_tokens=8, do_sample=False)
-    pld.generate(model, warm, max_new_tokens=8, **_draft_options(args.drafts))
+    pld.generate(model, warm, max_new_tokens=8, **_draft_options(drafts))
 
-    # plain greedy on the linear kernel pld's loop uses: what the kernel
-    # alone gives (on a CPU where oneDNN beats torch's default product)
-    kernel = LinearKernel(model)
 
-    def plain_on_kernel():
-        with kernel.routing():
-            return plain()
-
-    base, t_base = _timed(plain)
-    result, t_pld = _timed(lookup)
-    on_kernel = _timed(plain_on_kernel) if kernel.active and not args.sample else None
+def _print_comparison(args: argparse.Namespace, tokenizer: Any, input_ids: Any, timed_plain: tuple,
+                      timed_lookup: tuple, on_kernel: Optional[tuple]) -> bool:
+    """Print pld's rendered output, then the comparison lines (identical
+    text, both rates, speedup, the kernel's share when on_kernel is given,
+    tokens per forward). timed_*: (output, seconds) as _timed returns.
+    Returns whether the two outputs are token for token the same."""
+    (base, t_base), (result, t_pld) = timed_plain, timed_lookup
     n_base = base.shape[1] - input_ids.shape[1]
     n_pld = len(result.new_tokens)
     mode = args.color if args.color != "auto" else ("ansi" if sys.stdout.isatty() else "plain")
@@ -148,6 +164,38 @@ def main(argv: Optional[List[str]] = None) -> int:
           f"({n_pld} tokens in {stats.steps} forward passes; {stats.accepted_draft_tokens}/"
           f"{stats.proposed_tokens} draft tokens accepted; {100 * stats.forward_share:.0f}% of the "
           f"time in the forward pass)")
+    return same
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the demo; 0 when pld's text is greedy's (or --sample), else 1."""
+    args = _parser().parse_args(argv)
+
+    import torch
+
+    from . import models
+    from .linear_kernel import LinearKernel
+
+    torch.manual_seed(args.seed)
+    model, tokenizer = models.load(args.model, dtype=args.dtype)
+    prompt = open(args.prompt_file, encoding="utf-8").read() if args.prompt_file else default_prompt()
+    input_ids = build_input_ids(tokenizer, prompt)
+    _print_setup(args, input_ids)
+    plain, lookup = _plain_and_lookup(args, model, input_ids)
+    _warm_up(model, input_ids, args.drafts)
+
+    # plain greedy on the linear kernel pld's loop uses: what the kernel
+    # alone gives (on a CPU where oneDNN beats torch's default product)
+    kernel = LinearKernel(model)
+
+    def plain_on_kernel():
+        with kernel.routing():
+            return plain()
+
+    timed_plain = _timed(plain)
+    timed_lookup = _timed(lookup)
+    on_kernel = _timed(plain_on_kernel) if kernel.active and not args.sample else None
+    same = _print_comparison(args, tokenizer, input_ids, timed_plain, timed_lookup, on_kernel)
     return 0 if (same or args.sample) else 1
 
 

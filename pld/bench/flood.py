@@ -28,7 +28,7 @@ import json
 import os
 import statistics
 import time
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -95,29 +95,59 @@ def _time_extend(make: Callable[[], object], ids: List[int]) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    import pld
+    """`python -m pld bench flood`: time, print and write the table. Returns
+    0, or 2 (after a message) on bad --count, --repeats or --policies."""
+    policies = _policies(args)
+    if policies is None:
+        return 2
+    compared = load_build(args.compare_build) if args.compare_build else None
+    crafted, rand = crafted_ids(args.count), random_ids(args.count)
+    makers = _makers(compared)
+    m, v = machine_info(), versions()
+    print(f"machine: {m['cpu']}, {m['cores']} cores; "
+          + ", ".join(f"{k} {v[k]}" for k in ("python", "numpy", "pld")))
+    print(f"extend of {args.count:,} ids, median of {args.repeats}; crafted ids share "
+          "their key-0 unigram home")
+    results = _time_cells(policies, makers, crafted, rand, args.repeats)
+    _write_report(args, results, m, v)
+    return 0
 
+
+def _policies(args: argparse.Namespace) -> Optional[List[str]]:
+    """The --policies to run, or None after printing why the options are
+    refused (--count or --repeats < 1, an unknown policy)."""
     if args.count < 1 or args.repeats < 1:
         print("--count and --repeats must be >= 1")
-        return 2
+        return None
     policies = [p for p in args.policies.replace(" ", "").split(",") if p]
     bad = [p for p in policies if p not in POLICIES]
     if bad:
         print(f"--policies: unknown {bad}; choose from {POLICIES}")
-        return 2
-    compared = load_build(args.compare_build) if args.compare_build else None
-    crafted, rand = crafted_ids(args.count), random_ids(args.count)
+        return None
+    return policies
+
+
+def _makers(compared: Optional[object]) -> Dict[str, Callable[[str], Callable[[], object]]]:
+    """{index label: policy -> factory of a fresh empty index}: pld's keyed
+    (random key) and key-0 indexes, and the compared build's if given."""
+    import pld
+
     makers: Dict[str, Callable[[str], Callable[[], object]]] = {
         "keyed (random)": lambda pol: (lambda: pld.NgramIndex(3, 1, pol)),
         "key 0": lambda pol: (lambda: pld.NgramIndex(3, 1, pol, seed=0)),
     }
     if compared is not None:
         makers["compared build"] = lambda pol: (lambda: compared.NgramIndex(3, 1, pol))
-    m, v = machine_info(), versions()
-    print(f"machine: {m['cpu']}, {m['cores']} cores; "
-          + ", ".join(f"{k} {v[k]}" for k in ("python", "numpy", "pld")))
-    print(f"extend of {args.count:,} ids, median of {args.repeats}; crafted ids share "
-          "their key-0 unigram home")
+    return makers
+
+
+def _time_cells(policies: List[str], makers: Dict[str, Callable[[str], Callable[[], object]]],
+                crafted: List[int], rand: List[int], repeats: int) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """{policy: {index label: {"random", "crafted": median us per id,
+    "ratio": crafted / random}}}, `repeats` extends of each kind
+    alternating (random first), gc off; prints each cell as it is done.
+    crafted and rand have the same length."""
+    count = len(crafted)
     results: Dict[str, Dict[str, Dict[str, float]]] = {}
     gc_was = gc.isenabled()
     gc.disable()
@@ -126,10 +156,10 @@ def run(args: argparse.Namespace) -> int:
             for name, maker in makers.items():
                 make = maker(pol)
                 times: Dict[str, List[float]] = {"crafted": [], "random": []}
-                for _ in range(args.repeats):  # alternating
+                for _ in range(repeats):  # alternating
                     times["random"].append(_time_extend(make, rand))
                     times["crafted"].append(_time_extend(make, crafted))
-                cell = {kind: statistics.median(ts) / args.count * 1e6
+                cell = {kind: statistics.median(ts) / count * 1e6
                         for kind, ts in times.items()}
                 cell["ratio"] = cell["crafted"] / cell["random"]
                 results.setdefault(pol, {})[name] = cell
@@ -138,6 +168,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if gc_was:
             gc.enable()
+    return results
+
+
+def _write_report(args: argparse.Namespace, results: Dict[str, Dict[str, Dict[str, float]]],
+                  m: Dict, v: Dict) -> None:
+    """Print the table and the verdict (crafted within 5x of random under
+    the random key), and write them to OUT/table.md, with the raw numbers
+    in OUT/results.json. m, v: machine_info() and versions()."""
     rows = ["| policy | index | random ids (us/id) | crafted ids (us/id) | crafted / random |",
             "|---|---|---:|---:|---:|"]
     for pol, cells in results.items():
@@ -155,4 +193,3 @@ def run(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"machine": m, "versions": v, "count": args.count,
                    "repeats": args.repeats, "results": results}, f, indent=1)
-    return 0

@@ -59,13 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    tasks = task_sources.parse_tasks(args.tasks)
-    data = args.data
-    if args.source == "spec-bench" and not data:
-        try:
-            data = task_sources.default_spec_bench()
-        except ValueError as e:
-            raise SystemExit(f"python -m pld bench: {e}") from None
+    """`python -m pld bench`: generate with every chosen method on every
+    prompt (resuming OUT/results.jsonl), then write and print the report.
+    Returns 0; bad options raise SystemExit."""
+    prompts = _prompts(args)
 
     import torch
 
@@ -73,11 +70,6 @@ def run(args: argparse.Namespace) -> int:
 
     from . import report
 
-    prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
-    if not prompts:
-        raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
-    if args.batch_size < 1:
-        raise SystemExit(f"python -m pld bench: --batch-size must be >= 1, got {args.batch_size}")
     chosen = registry.select(args.methods)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -85,18 +77,9 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = models.load(args.model, dtype=args.dtype, device=device)
     setup = registry.Setup(model, args.max_new_tokens, args.num_pred_tokens, args.max_ngram)
     generators = registry.build(chosen, setup)
-    config = {"source": args.source, "model": args.model or models.EMBEDDED_NAME, "dtype": args.dtype,
-              "device": device, "max_new_tokens": args.max_new_tokens,
-              "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram,
-              **({"skip": args.skip} if args.skip else {}),
-              **({"batch_size": args.batch_size} if args.batch_size > 1 else {})}
+    config = _config(args, device, models.EMBEDDED_NAME)
     fingerprint = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
-
-    os.makedirs(args.out, exist_ok=True)
-    results_path = os.path.join(args.out, "results.jsonl")
-    if args.fresh and os.path.exists(results_path):
-        os.remove(results_path)
-    done = {_key(r): r for r in report.read_rows(results_path) if r.get("config") == fingerprint}
+    results_path, done = _resume(args, fingerprint)
 
     meter = ForwardMeter(model, synchronize=device.startswith("cuda"))
     if args.batch_size > 1:
@@ -107,9 +90,68 @@ def run(args: argparse.Namespace) -> int:
     warm = chat_input_ids(tokenizer, ["Repeat exactly: the quick brown fox jumps over the lazy dog."], [])
     for gen in generators.values():
         gen(warm.to(device))
+    _generate_all(prompts, generators, tokenizer, meter, device, results_path, done, fingerprint,
+                  disable_progress=args.no_progress)
+    meter.remove()
+    rows = list(done.values())
+    caption = report.caption(config, torch, model)
+    text = report.write(rows, list(generators), args.out, caption)
+    print(text)
+    return 0
 
+
+def _prompts(args: argparse.Namespace) -> List[Any]:
+    """The prompts --source/--tasks/--limit/--skip name (--data, or the
+    default spec-bench file for source spec-bench). SystemExit when the
+    spec-bench file is not found, no prompt matches, or --batch-size < 1."""
+    tasks = task_sources.parse_tasks(args.tasks)
+    data = args.data
+    if args.source == "spec-bench" and not data:
+        try:
+            data = task_sources.default_spec_bench()
+        except ValueError as e:
+            raise SystemExit(f"python -m pld bench: {e}") from None
+    prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
+    if not prompts:
+        raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
+    if args.batch_size < 1:
+        raise SystemExit(f"python -m pld bench: --batch-size must be >= 1, got {args.batch_size}")
+    return prompts
+
+
+def _config(args: argparse.Namespace, device: str, embedded_name: str) -> Dict[str, Any]:
+    """The run's configuration: what a results row must have been made
+    under to be resumed (its sha1 prefix is the rows' "config"), and the
+    report's caption. --skip and --batch-size appear only when not default."""
+    return {"source": args.source, "model": args.model or embedded_name, "dtype": args.dtype,
+            "device": device, "max_new_tokens": args.max_new_tokens,
+            "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram,
+            **({"skip": args.skip} if args.skip else {}),
+            **({"batch_size": args.batch_size} if args.batch_size > 1 else {})}
+
+
+def _resume(args: argparse.Namespace, fingerprint: str) -> Tuple[str, Dict[Tuple[str, int, str], Dict[str, Any]]]:
+    """(OUT/results.jsonl, its rows of this configuration keyed by (id,
+    turn, method)). Creates OUT; --fresh deletes the file first."""
+    from . import report
+
+    os.makedirs(args.out, exist_ok=True)
+    results_path = os.path.join(args.out, "results.jsonl")
+    if args.fresh and os.path.exists(results_path):
+        os.remove(results_path)
+    done = {_key(r): r for r in report.read_rows(results_path) if r.get("config") == fingerprint}
+    return results_path, done
+
+
+def _generate_all(prompts: List[Any], generators: Dict[str, Any], tokenizer: Any, meter: "ForwardMeter",
+                  device: str, results_path: str, done: Dict[Tuple[str, int, str], Dict[str, Any]],
+                  fingerprint: str, disable_progress: bool) -> None:
+    """Every (prompt, turn, method) generation not already in `done`: run,
+    add to `done` and append to results_path as it finishes. Prompt i runs
+    the methods in the order rotated by i; turn t sees greedy's answers to
+    the turns before it."""
     total = sum(len(p.turns) for p in prompts) * len(generators)
-    bar = _progress(total, disable=args.no_progress)
+    bar = _progress(total, disable=disable_progress)
     bar.update(sum(1 for p in prompts for t in range(len(p.turns)) for m in generators
                    if (p.id, t + 1, m) in done))
     names = list(generators)
@@ -131,12 +173,6 @@ def run(args: argparse.Namespace) -> int:
                     bar.update(1)
                 answers.append(done[(p.id, turn, "greedy")]["text"])
     bar.close()
-    meter.remove()
-    rows = list(done.values())
-    caption = report.caption(config, torch, model)
-    text = report.write(rows, names, args.out, caption)
-    print(text)
-    return 0
 
 
 def speedup_tables(**options: Any) -> Dict[str, Any]:

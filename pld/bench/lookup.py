@@ -64,7 +64,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -219,11 +219,7 @@ def time_steps(indexes: Dict[str, object], L: int,
                 ix.truncate(L)
                 run = _step_loop(ix, outs.get(name))
                 if first_warmup:
-                    t0 = _now()
-                    run(first_warmup)
-                    cold[name].append((_now() - t0) / len(first_warmup))
-                    run(rest_warmup)
-                    ix.truncate(L)
+                    cold[name].append(_warm_up_steps(ix, L, run, first_warmup, rest_warmup))
                 for chunk in chunks:
                     t0 = _now()
                     run(chunk)
@@ -233,18 +229,34 @@ def time_steps(indexes: Dict[str, object], L: int,
     finally:
         if gc_was:
             gc.enable()
-    out = {}
-    for name in names:
-        ordered = sorted(warm[name])
-        out[name] = {
-            "us": statistics.median(ordered) / 1e3,
-            "us_mean": totals[name] / steps / 1e3,
-            "us_cold": statistics.median(cold[name]) / 1e3 if cold[name] else None,
-            "us_min_batch": ordered[0] / 1e3,
-            "us_p10_batch": ordered[len(ordered) // 10] / 1e3,
-            "us_max_batch": ordered[-1] / 1e3,
-            "steps": steps, "batches": len(ordered)}
-    return out
+    return {name: _step_stats(warm[name], cold[name], totals[name], steps) for name in names}
+
+
+def _warm_up_steps(ix, L: int, run: Callable[[List[int]], None], first: List[int],
+                   rest: List[int]) -> float:
+    """Step ix through first (timed: the "cold" ns per step, returned) and
+    rest (untimed), then truncate it back to L."""
+    t0 = _now()
+    run(first)
+    cold = (_now() - t0) / len(first)
+    run(rest)
+    ix.truncate(L)
+    return cold
+
+
+def _step_stats(warm: List[float], cold: List[float], total: int, steps: int) -> Dict:
+    """One index's cell from its timed batches' ns-per-step means (`warm`),
+    its cold first warm-up batches, and the ns of all `steps` timed steps:
+    median, mean, cold median (None without warm-up) and batch spread, in us."""
+    ordered = sorted(warm)
+    return {
+        "us": statistics.median(ordered) / 1e3,
+        "us_mean": total / steps / 1e3,
+        "us_cold": statistics.median(cold) / 1e3 if cold else None,
+        "us_min_batch": ordered[0] / 1e3,
+        "us_p10_batch": ordered[len(ordered) // 10] / 1e3,
+        "us_max_batch": ordered[-1] / 1e3,
+        "steps": steps, "batches": len(ordered)}
 
 
 def _step_loop(ix, out) -> Callable[[List[int]], None]:
@@ -546,30 +558,46 @@ def dict_memory(tokens: np.ndarray, L: int) -> float:
 
 # -------------------------------------------------------------------- run
 
-def run(args: argparse.Namespace) -> int:
-    import pld
-    from . import baselines, streams
+class _Plan(NamedTuple):
+    """The run's shape, from the options (see _plan)."""
+    sizes: List[int]
+    steps: int
+    segment: int
+    rounds: int
+    batch: int
+    repeats: int
+    budget: float
+    streams: List[str]
 
-    if args.sizes:
-        sizes = sorted({int(s) for s in args.sizes.replace(" ", "").split(",") if s})
-    elif args.quick:
-        sizes = list(QUICK_SIZES)
-    else:
-        sizes = list(DEFAULT_SIZES)
-    if not sizes or sizes[0] < 16:
-        print("--sizes: every size must be >= 16", file=sys.stderr)
+
+class _Tokens(NamedTuple):
+    """A stream's first `need` tokens, three ways: the NumPy array (the
+    whole stream), a list of Python ints, and a torch tensor (None without
+    torch)."""
+    array: np.ndarray
+    ints: List[int]
+    tensor: object
+
+
+class _Run(NamedTuple):
+    """What every cell of a run shares."""
+    args: argparse.Namespace
+    plan: _Plan
+    torch: object            # the module, or None
+    hf_make: Optional[Callable]
+    compared: object         # the other build's module, or None
+    methods: List[str]
+    bar: object              # a tqdm bar, or None
+    log: Callable[[str], None]
+
+
+def run(args: argparse.Namespace) -> int:
+    """`python -m pld bench lookup`: time every method per stream and
+    context length, print the report and write table.md, results.json and
+    lookup.png into --out. Returns 0, or 2 on bad --sizes/--steps/--segment/--batch."""
+    plan = _plan(args)
+    if plan is None:
         return 2
-    steps, batch, repeats, budget = args.steps, args.batch, args.repeats, args.budget
-    if args.quick:
-        steps, repeats, budget = min(steps, 2000), min(repeats, 10), min(budget, 0.3)
-    if steps < 1 or args.segment < 1 or batch < 1:
-        print("--steps, --segment and --batch must be >= 1", file=sys.stderr)
-        return 2
-    segment = min(args.segment, steps)
-    rounds = -(-steps // segment)
-    steps = rounds * segment
-    batch = min(batch, segment)
-    stream_names = ["real", "random"] if args.stream == "both" else [args.stream]
     os.makedirs(args.out, exist_ok=True)
 
     try:
@@ -577,156 +605,25 @@ def run(args: argparse.Namespace) -> int:
     except Exception:
         tqdm = None
 
-    try:
-        import torch
-    except Exception as exc:
-        torch = None
-        print(f"torch not importable ({exc!r}): torch_seed, transformers and the "
-              "tensor calls of pld.find_candidate_pred_tokens use numpy arrays / are skipped")
-
-    if torch is not None and args.torch_threads > 0:
-        torch.set_num_threads(args.torch_threads)
-
-    hf_note = ""
-    hf_make = None
-    if torch is not None:
-        probe, hf_note = baselines.make_transformers_generator(sizes[0] + 100)
-        if probe is not None:
-            hf_make = baselines.make_transformers_generator
-        else:
-            print(f"transformers baseline skipped: {hf_note}")
-
-    info = {"machine": machine_info(), "versions": versions(),
-            "config": {"sizes": sizes, "num_pred_tokens": K, "max_ngram_size": MAX_N,
-                       "min_ngram_size": MIN_N, "steps": steps, "segment": segment,
-                       "rounds": rounds, "batch": batch,
-                       "repeats": repeats, "budget_s": budget, "quick": args.quick,
-                       "transformers_note": hf_note}}
-    m, v = info["machine"], info["versions"]
-    print(f"machine: {m['cpu']}, {m['cores']} cores, load avg {m.get('loadavg_at_start')}")
-    print("versions: " + ", ".join(f"{k} {v[k]}" for k in
-                                   ("python", "torch", "transformers", "numpy", "pld")))
+    torch = _import_torch(args.torch_threads)
+    hf_make, hf_note = _transformers_maker(torch, plan.sizes[0])
+    info = _run_info(plan, args.quick, hf_note)
 
     floor = time_steps({"floor": _NoOpIndex()}, 0,
-                       [([], list(range(1000, 1000 + segment)))] * rounds, batch)["floor"]["us"]
+                       [([], list(range(1000, 1000 + plan.segment)))] * plan.rounds,
+                       plan.batch)["floor"]["us"]
     info["harness_floor_us"] = floor
     print(f"harness floor (the step loop with two builtin calls): {floor:.3f} us/step")
 
-    need = sizes[-1] + 2 * rounds * segment + 16
+    need = plan.sizes[-1] + 2 * plan.rounds * plan.segment + 16
     compared = load_build(args.compare_build) if args.compare_build else None
     methods = [M_TORCH, M_HF, M_DICT, M_FIND, IDX_FIRST, IDX_OUT] + [
         M_IDX.format(p) for p in POLICIES[1:]] + [M_TREE] + ([M_PREV, M_PREV_OUT] if compared else [])
-    results: Dict[str, Dict] = {}
-    n_cells = len(stream_names) * len(sizes) * (3 + (1 if hf_make else 0))
+    n_cells = len(plan.streams) * len(plan.sizes) * (3 + (1 if hf_make else 0))
     bar = tqdm(total=n_cells, unit="cell", dynamic_ncols=True) if tqdm else None
-    log = (bar.write if bar else print)
+    ctx = _Run(args, plan, torch, hf_make, compared, methods, bar, bar.write if bar else print)
     t_start = time.perf_counter()
-
-    for sname in stream_names:
-        stream = streams.get_stream(sname, need, log=log)
-        toks = stream.tokens
-        if toks.size < need:
-            raise RuntimeError(f"stream {sname} has {toks.size} tokens, need {need}")
-        log(f"stream {sname}: {stream.description} ({toks.size:,} tokens)")
-        tl = toks[:need].tolist()
-        toks_t = torch.from_numpy(np.ascontiguousarray(toks[:need])) if torch is not None else None
-        tres: Dict[str, Dict] = {mm: {} for mm in methods}
-        mres: Dict[str, Dict] = {M_IDX.format(p): {} for p in POLICIES}
-        for p in POLICIES:  # the same index after the timed steps (L + segment tokens)
-            mres[M_IDX.format(p) + " after steps"] = {}
-        if not args.no_dict_memory:
-            mres[M_DICT + " (tracemalloc)"] = {}
-        didx = baselines.PyDictIndex(MAX_N, MIN_N)
-        # the same contexts for the one-shot methods: stream[:L + s]
-        offsets = sorted({min(segment - 1, o) for o in (0, 1, 2, 97, 389, 1231, 2053, 3989)})
-        for L in sizes:
-            key = str(L)
-            # round r warms up on one fresh segment after stream[:L] and
-            # times the next one: stream[:L] + that segment is the context
-            per_round = [(tl[L + 2 * r * segment:L + (2 * r + 1) * segment],
-                          tl[L + (2 * r + 1) * segment:L + (2 * r + 2) * segment])
-                         for r in range(rounds)]
-            follow = per_round[-1][1]
-
-            def tick(label):
-                if bar:
-                    bar.set_description(f"{sname} L={_label(L)} {label}")
-                    bar.update(1)
-
-            # --- indexes: build (untimed), check, time
-            didx.extend_many(tl[len(didx):L])
-            if toks_t is not None:  # agreement checks on a throwaway C index
-                chk = pld.NgramIndex(MAX_N, MIN_N, "first")
-                chk.extend(toks[:L])
-                for j in range(min(args.checks, segment)):
-                    _check_agreement(L, j, toks_t[None, :L + j], chk, didx,
-                                     baselines.torch_seed_find_candidate_pred_tokens,
-                                     pld, hf_make if j == 0 else None)
-                    chk.extend(tl[L + j])
-                    didx.extend(tl[L + j])
-                didx.truncate(L)
-                del chk
-            cidx = {}
-            for pol in POLICIES:
-                ix = pld.NgramIndex(MAX_N, MIN_N, pol, seed=args.seed)
-                ix.extend(toks[:L])
-                mres[M_IDX.format(pol)][key] = ix.nbytes / L
-                ix.reserve(segment)  # as pld's loop reserves max_new_tokens
-                cidx[M_IDX.format(pol)] = ix
-            into = pld.NgramIndex(MAX_N, MIN_N, "first", seed=args.seed)  # its own index: same state, own caches
-            into.extend(toks[:L])
-            into.reserve(segment)
-            tree_ix = pld.NgramIndex(MAX_N, MIN_N, "recent", seed=args.seed)  # own state and caches
-            tree_ix.extend(toks[:L])
-            tree_ix.reserve(segment)
-            group = dict(cidx)
-            group[IDX_OUT] = into
-            group[M_TREE] = _TreeSteps(tree_ix, (int(toks[0]), int(toks[1])))
-            group[M_DICT] = didx
-            outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
-            if compared is not None:
-                for name in (M_PREV, M_PREV_OUT):
-                    other = compared.NgramIndex(MAX_N, MIN_N, "first")
-                    other.extend(toks[:L])
-                    other.reserve(segment)
-                    group[name] = other
-                outs[M_PREV_OUT] = np.zeros(K, dtype=np.int64)
-            for name, stats in time_steps(group, L, per_round, batch, outs).items():
-                tres[name][key] = stats
-            for name, ix in cidx.items():
-                ix.extend(follow)  # (the last round truncated it back to L)
-                mres[name + " after steps"][key] = ix.nbytes / len(ix)
-            del cidx, group, ix, into, tree_ix
-            didx.truncate(L)
-            tick("indexes")
-            if not args.no_dict_memory and L <= args.dict_memory_max:
-                mres[M_DICT + " (tracemalloc)"][key] = dict_memory(toks, L)
-
-            # --- one-shot methods on [1, L + s]
-            if toks_t is not None:
-                ctxs = [toks_t[None, :L + s] for s in offsets]
-                tres[M_FIND][key] = time_oneshot(
-                    lambda c: pld.find_candidate_pred_tokens(c, MAX_N, K), ctxs, repeats, budget)
-                tick("pld.find")
-                tres[M_TORCH][key] = time_oneshot(
-                    lambda c: baselines.torch_seed_find_candidate_pred_tokens(c, MAX_N, K),
-                    ctxs, repeats, budget)
-                tick("torch_seed")
-                if hf_make is not None:
-                    calls = [(hf_make(c.size(1) + 100)[0], c) for c in ctxs]
-                    tres[M_HF][key] = time_oneshot(lambda fc: fc[0](fc[1]), calls,
-                                                   repeats, budget)
-                    tick("transformers")
-            else:
-                arrs = [toks[None, :L + s] for s in offsets]
-                tres[M_FIND][key] = time_oneshot(
-                    lambda c: pld.find_candidate_pred_tokens(c, MAX_N, K), arrs, repeats, budget)
-                tick("pld.find")
-        del didx
-        gc.collect()
-        results[sname] = {"description": stream.description, "fallback": stream.fallback,
-                          "tokens": int(toks.size), "time": {k2: v2 for k2, v2 in tres.items() if v2},
-                          "memory": mres}
+    results: Dict[str, Dict] = {sname: _bench_stream(ctx, sname, need) for sname in plan.streams}
     if bar:
         bar.close()
     elapsed = time.perf_counter() - t_start
@@ -735,20 +632,273 @@ def run(args: argparse.Namespace) -> int:
         info["loadavg_at_end"] = list(os.getloadavg())
     except OSError:
         pass
-    crit = criteria(results, sizes)
+    crit = criteria(results, plan.sizes)
+    text = _markdown(info, results, crit, plan, methods, elapsed)
+    print()
+    print(text)
+    _write_outputs(args.out, info, elapsed, results, crit, plan.sizes, methods, text)
+    return 0
+
+
+def _plan(args: argparse.Namespace) -> Optional[_Plan]:
+    """The sizes (sorted, distinct) and counts the options ask for:
+    --quick caps steps, repeats and budget; the segment is at most the
+    steps, which round up to whole rounds of it; a batch is at most a
+    segment. None, after saying why on stderr, when a size is < 16 or
+    --steps, --segment or --batch is < 1."""
+    if args.sizes:
+        sizes = sorted({int(s) for s in args.sizes.replace(" ", "").split(",") if s})
+    elif args.quick:
+        sizes = list(QUICK_SIZES)
+    else:
+        sizes = list(DEFAULT_SIZES)
+    if not sizes or sizes[0] < 16:
+        print("--sizes: every size must be >= 16", file=sys.stderr)
+        return None
+    steps, batch, repeats, budget = args.steps, args.batch, args.repeats, args.budget
+    if args.quick:
+        steps, repeats, budget = min(steps, 2000), min(repeats, 10), min(budget, 0.3)
+    if steps < 1 or args.segment < 1 or batch < 1:
+        print("--steps, --segment and --batch must be >= 1", file=sys.stderr)
+        return None
+    segment = min(args.segment, steps)
+    rounds = -(-steps // segment)
+    steps = rounds * segment
+    batch = min(batch, segment)
+    stream_names = ["real", "random"] if args.stream == "both" else [args.stream]
+    return _Plan(sizes, steps, segment, rounds, batch, repeats, budget, stream_names)
+
+
+def _import_torch(threads: int):
+    """torch, set to `threads` intra-op threads when threads > 0; None,
+    after saying what that leaves out, when torch does not import."""
+    try:
+        import torch
+    except Exception as exc:
+        print(f"torch not importable ({exc!r}): torch_seed, transformers and the "
+              "tensor calls of pld.find_candidate_pred_tokens use numpy arrays / are skipped")
+        return None
+    if threads > 0:
+        torch.set_num_threads(threads)
+    return torch
+
+
+def _transformers_maker(torch, size: int) -> Tuple[Optional[Callable], str]:
+    """(make, note): baselines.make_transformers_generator when a
+    transformers generator builds for contexts of `size` + 100 tokens, else
+    None (saying why); note is the probe's ("" without torch)."""
+    from . import baselines
+
+    if torch is None:
+        return None, ""
+    probe, note = baselines.make_transformers_generator(size + 100)
+    if probe is not None:
+        return baselines.make_transformers_generator, note
+    print(f"transformers baseline skipped: {note}")
+    return None, note
+
+
+def _run_info(plan: _Plan, quick: bool, hf_note: str) -> Dict:
+    """results.json's machine, versions and config (printing the first
+    two)."""
+    info = {"machine": machine_info(), "versions": versions(),
+            "config": {"sizes": plan.sizes, "num_pred_tokens": K, "max_ngram_size": MAX_N,
+                       "min_ngram_size": MIN_N, "steps": plan.steps, "segment": plan.segment,
+                       "rounds": plan.rounds, "batch": plan.batch,
+                       "repeats": plan.repeats, "budget_s": plan.budget, "quick": quick,
+                       "transformers_note": hf_note}}
+    m, v = info["machine"], info["versions"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, load avg {m.get('loadavg_at_start')}")
+    print("versions: " + ", ".join(f"{k} {v[k]}" for k in
+                                   ("python", "torch", "transformers", "numpy", "pld")))
+    return info
+
+
+def _bench_stream(ctx: _Run, sname: str, need: int) -> Dict:
+    """Every context length's cells on stream `sname` (at least `need`
+    tokens, else RuntimeError): {"description", "fallback", "tokens",
+    "time": {method: {L: stats}} (methods with cells only), "memory":
+    {index: {L: bytes per token}}}."""
+    from . import baselines, streams
+
+    stream = streams.get_stream(sname, need, log=ctx.log)
+    toks = stream.tokens
+    if toks.size < need:
+        raise RuntimeError(f"stream {sname} has {toks.size} tokens, need {need}")
+    ctx.log(f"stream {sname}: {stream.description} ({toks.size:,} tokens)")
+    torch = ctx.torch
+    tok = _Tokens(toks, toks[:need].tolist(),
+                  torch.from_numpy(np.ascontiguousarray(toks[:need])) if torch is not None else None)
+    tres: Dict[str, Dict] = {mm: {} for mm in ctx.methods}
+    mres: Dict[str, Dict] = {M_IDX.format(p): {} for p in POLICIES}
+    for p in POLICIES:  # the same index after the timed steps (L + segment tokens)
+        mres[M_IDX.format(p) + " after steps"] = {}
+    if not ctx.args.no_dict_memory:
+        mres[M_DICT + " (tracemalloc)"] = {}
+    didx = baselines.PyDictIndex(MAX_N, MIN_N)
+    segment = ctx.plan.segment
+    # the same contexts for the one-shot methods: stream[:L + s]
+    offsets = sorted({min(segment - 1, o) for o in (0, 1, 2, 97, 389, 1231, 2053, 3989)})
+    for L in ctx.plan.sizes:
+        _bench_size(ctx, sname, L, tok, didx, offsets, tres, mres)
+    del didx
+    gc.collect()
+    return {"description": stream.description, "fallback": stream.fallback,
+            "tokens": int(toks.size), "time": {k2: v2 for k2, v2 in tres.items() if v2},
+            "memory": mres}
+
+
+def _tick(ctx: _Run, sname: str, L: int, label: str) -> None:
+    """Advance the progress bar (if any) by one cell, labelled."""
+    if ctx.bar:
+        ctx.bar.set_description(f"{sname} L={_label(L)} {label}")
+        ctx.bar.update(1)
+
+
+def _bench_size(ctx: _Run, sname: str, L: int, tok: _Tokens, didx, offsets: List[int],
+                tres: Dict[str, Dict], mres: Dict[str, Dict]) -> None:
+    """Context length L's cells, into tres/mres under key str(L): the
+    indexes (built untimed, checked, stepped), the dict index's memory,
+    then the one-shot methods on stream[:L + s] for s in offsets. didx,
+    the dict index, holds the stream up to an earlier L on entry and
+    stream[:L] on return."""
+    plan = ctx.plan
+    segment = plan.segment
+    # round r warms up on one fresh segment after stream[:L] and
+    # times the next one: stream[:L] + that segment is the context
+    per_round = [(tok.ints[L + 2 * r * segment:L + (2 * r + 1) * segment],
+                  tok.ints[L + (2 * r + 1) * segment:L + (2 * r + 2) * segment])
+                 for r in range(plan.rounds)]
+    didx.extend_many(tok.ints[len(didx):L])
+    if tok.tensor is not None:
+        _check_size(ctx, L, tok, didx)
+    _time_indexes(ctx, L, tok, didx, per_round, tres, mres)
+    didx.truncate(L)
+    _tick(ctx, sname, L, "indexes")
+    if not ctx.args.no_dict_memory and L <= ctx.args.dict_memory_max:
+        mres[M_DICT + " (tracemalloc)"][str(L)] = dict_memory(tok.array, L)
+    _time_oneshots(ctx, sname, L, tok, offsets, tres)
+
+
+def _check_size(ctx: _Run, L: int, tok: _Tokens, didx) -> None:
+    """The agreement checks (_check_agreement) at L .. L + --checks - 1, on
+    a throwaway C index; didx steps along and is truncated back to L."""
+    import pld
+    from . import baselines
+
+    chk = pld.NgramIndex(MAX_N, MIN_N, "first")
+    chk.extend(tok.array[:L])
+    for j in range(min(ctx.args.checks, ctx.plan.segment)):
+        _check_agreement(L, j, tok.tensor[None, :L + j], chk, didx,
+                         baselines.torch_seed_find_candidate_pred_tokens,
+                         pld, ctx.hf_make if j == 0 else None)
+        chk.extend(tok.ints[L + j])
+        didx.extend(tok.ints[L + j])
+    didx.truncate(L)
+
+
+def _index_group(ctx: _Run, L: int, tok: _Tokens, didx,
+                 mres: Dict[str, Dict]) -> Tuple[Dict[str, object], Dict[str, object], Dict[str, object]]:
+    """(pld's indexes by policy, every index to time by method, out
+    buffers by method), each index over stream[:L] with room reserved for
+    a segment and its own state and caches; records the policy indexes'
+    bytes per token at L in mres."""
+    import pld
+
+    seed, segment, array = ctx.args.seed, ctx.plan.segment, tok.array
+    cidx = {}
+    for pol in POLICIES:
+        ix = pld.NgramIndex(MAX_N, MIN_N, pol, seed=seed)
+        ix.extend(array[:L])
+        mres[M_IDX.format(pol)][str(L)] = ix.nbytes / L
+        ix.reserve(segment)  # as pld's loop reserves max_new_tokens
+        cidx[M_IDX.format(pol)] = ix
+    into = pld.NgramIndex(MAX_N, MIN_N, "first", seed=seed)  # its own index: same state, own caches
+    into.extend(array[:L])
+    into.reserve(segment)
+    tree_ix = pld.NgramIndex(MAX_N, MIN_N, "recent", seed=seed)  # own state and caches
+    tree_ix.extend(array[:L])
+    tree_ix.reserve(segment)
+    group = dict(cidx)
+    group[IDX_OUT] = into
+    group[M_TREE] = _TreeSteps(tree_ix, (int(array[0]), int(array[1])))
+    group[M_DICT] = didx
+    outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
+    if ctx.compared is not None:
+        for name in (M_PREV, M_PREV_OUT):
+            other = ctx.compared.NgramIndex(MAX_N, MIN_N, "first")
+            other.extend(array[:L])
+            other.reserve(segment)
+            group[name] = other
+        outs[M_PREV_OUT] = np.zeros(K, dtype=np.int64)
+    return cidx, group, outs
+
+
+def _time_indexes(ctx: _Run, L: int, tok: _Tokens, didx, per_round: List[Tuple[List[int], List[int]]],
+                  tres: Dict[str, Dict], mres: Dict[str, Dict]) -> None:
+    """Time the index steps (time_steps over per_round) into tres, and
+    record pld's indexes' bytes per token, at L and after the steps, in
+    mres. didx is left beyond L (the caller truncates it)."""
+    key = str(L)
+    cidx, group, outs = _index_group(ctx, L, tok, didx, mres)
+    for name, stats in time_steps(group, L, per_round, ctx.plan.batch, outs).items():
+        tres[name][key] = stats
+    follow = per_round[-1][1]
+    for name, ix in cidx.items():
+        ix.extend(follow)  # (the last round truncated it back to L)
+        mres[name + " after steps"][key] = ix.nbytes / len(ix)
+
+
+def _time_oneshots(ctx: _Run, sname: str, L: int, tok: _Tokens, offsets: List[int],
+                   tres: Dict[str, Dict]) -> None:
+    """Time the one-shot methods on the contexts stream[:L + s], s in
+    offsets, into tres: pld.find, torch_seed and transformers (when it
+    builds) on tensors, or pld.find alone on NumPy arrays without torch."""
+    import pld
+    from . import baselines
+
+    key, repeats, budget, hf_make = str(L), ctx.plan.repeats, ctx.plan.budget, ctx.hf_make
+    if tok.tensor is not None:
+        ctxs = [tok.tensor[None, :L + s] for s in offsets]
+        tres[M_FIND][key] = time_oneshot(
+            lambda c: pld.find_candidate_pred_tokens(c, MAX_N, K), ctxs, repeats, budget)
+        _tick(ctx, sname, L, "pld.find")
+        tres[M_TORCH][key] = time_oneshot(
+            lambda c: baselines.torch_seed_find_candidate_pred_tokens(c, MAX_N, K),
+            ctxs, repeats, budget)
+        _tick(ctx, sname, L, "torch_seed")
+        if hf_make is not None:
+            calls = [(hf_make(c.size(1) + 100)[0], c) for c in ctxs]
+            tres[M_HF][key] = time_oneshot(lambda fc: fc[0](fc[1]), calls,
+                                           repeats, budget)
+            _tick(ctx, sname, L, "transformers")
+    else:
+        arrs = [tok.array[None, :L + s] for s in offsets]
+        tres[M_FIND][key] = time_oneshot(
+            lambda c: pld.find_candidate_pred_tokens(c, MAX_N, K), arrs, repeats, budget)
+        _tick(ctx, sname, L, "pld.find")
+
+
+def _markdown(info: Dict, results: Dict, crit: List[Dict], plan: _Plan, methods: Sequence[str],
+              elapsed: float) -> str:
+    """table.md's text: the run's description, per stream the time and
+    memory tables, then the criteria table."""
+    m, v = info["machine"], info["versions"]
+    segment = plan.segment
     md = [f"# pld lookup benchmark\n",
           f"- machine: {m['cpu']}, {m['cores']} cores (load avg at start {m.get('loadavg_at_start')})",
           "- versions: " + ", ".join(f"{k} {v[k]}" for k in
                                      ("python", "torch", "transformers", "numpy", "pld")),
-          f"- lookup: max_ngram_size={MAX_N}, num_pred_tokens={K}; index steps: {rounds} "
+          f"- lookup: max_ngram_size={MAX_N}, num_pred_tokens={K}; index steps: {plan.rounds} "
           f"rounds of {segment} steps (context L .. L + {segment}); in each round the indexes "
           f"take turns, each warming up on {segment} fresh tokens (then truncated away) "
-          f"before its timed steps on {segment} more fresh tokens; batches of {batch}; cell = median of the batch means; "
-          f"one-shot: median of batch means, <= {repeats} batches / {budget} s per cell; "
+          f"before its timed steps on {segment} more fresh tokens; batches of {plan.batch}; "
+          f"cell = median of the batch means; "
+          f"one-shot: median of batch means, <= {plan.repeats} batches / {plan.budget} s per cell; "
           "gc off while timing",
           f"- torch threads: {v.get('torch_threads')}; load avg at start "
           f"{m.get('loadavg_at_start')}, at end {info.get('loadavg_at_end')}",
-          f"- harness floor (step loop calling two no-op builtins): {floor:.3f} us/step",
+          f"- harness floor (step loop calling two no-op builtins): {info['harness_floor_us']:.3f} us/step",
           f"- memory: pld = NgramIndex.nbytes / L at L, and / (L + {segment}) after the timed "
           f"steps (with room reserved for them); dict = tracemalloc (dict, keys, token list "
           "and ints)",
@@ -756,25 +906,27 @@ def run(args: argparse.Namespace) -> int:
     for sname, sres in results.items():
         md.append(f"## stream `{sname}`: time per step (us)\n")
         md.append(f"{sres['description']}, {sres['tokens']:,} tokens\n")
-        md.append(speed_table(sres["time"], sizes, methods) + "\n")
+        md.append(speed_table(sres["time"], plan.sizes, methods) + "\n")
         md.append(f"### stream `{sname}`: memory (bytes per context token)\n")
-        md.append(memory_table(sres["memory"], sizes) + "\n")
+        md.append(memory_table(sres["memory"], plan.sizes) + "\n")
     md.append("## criteria\n")
     md.append("| stream | criterion | value | pass |\n|---|---|---|---|")
     for c in crit:
         md.append(f"| {c['stream']} | {c['criterion']} | {c['value']} | "
                   f"{'PASS' if c['pass'] else 'FAIL'} |")
-    text = "\n".join(md) + "\n"
-    print()
-    print(text)
+    return "\n".join(md) + "\n"
 
-    with open(os.path.join(args.out, "table.md"), "w") as f:
+
+def _write_outputs(out: str, info: Dict, elapsed: float, results: Dict, crit: List[Dict],
+                   sizes: Sequence[int], methods: Sequence[str], text: str) -> None:
+    """Write table.md (text), results.json and lookup.png (when matplotlib
+    imports; else print why not) into `out`, and say what was written."""
+    with open(os.path.join(out, "table.md"), "w") as f:
         f.write(text)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
+    with open(os.path.join(out, "results.json"), "w") as f:
         json.dump({**info, "elapsed_s": elapsed, "results": results, "criteria": crit},
                   f, indent=2)
-    note = plot(results, sizes, os.path.join(args.out, "lookup.png"), methods)
+    note = plot(results, sizes, os.path.join(out, "lookup.png"), methods)
     if note:
         print(note)
-    print(f"wrote {args.out}/table.md, results.json" + ("" if note else ", lookup.png"))
-    return 0
+    print(f"wrote {out}/table.md, results.json" + ("" if note else ", lookup.png"))

@@ -46,6 +46,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def _pooled_rates(model: Any) -> Tuple[float, float]:
+    """(overall, row0): an AcceptanceModel's hit rate over all its buckets
+    (0.5 with no trials), and over row 0's, the model's successors (the
+    overall rate when row 0 has no trials)."""
+    total_hits = sum(model.hits.values())
+    total_trials = sum(model.trials.values())
+    overall = total_hits / total_trials if total_trials else 0.5
+    row_trials = sum(v for b, v in model.trials.items() if b[0] == 0)
+    row0 = (sum(v for b, v in model.hits.items() if b[0] == 0) / row_trials) if row_trials else overall
+    return overall, row0
+
+
 def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
     """(PRIOR literal, table lines) from an AcceptanceModel's raw counts.
 
@@ -66,11 +78,7 @@ def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
     def pooled(counts: Dict, n: int, s: int, d: int) -> float:
         return sum(counts[(n, s, d, a)] for a in agreements)
 
-    total_hits = sum(model.hits.values())
-    total_trials = sum(model.trials.values())
-    overall = total_hits / total_trials if total_trials else 0.5
-    row_trials = sum(v for b, v in model.trials.items() if b[0] == 0)
-    row0 = (sum(v for b, v in model.hits.items() if b[0] == 0) / row_trials) if row_trials else overall
+    overall, row0 = _pooled_rates(model)
     rates: Dict[Tuple[int, int, int], float] = {}
     out: Dict[Tuple[int, int, int, int], float] = {}
     lines = ["n-gram support depth agreement  trials  observed  fitted"]
