@@ -265,7 +265,7 @@ def test_streamer_gets_blocks_of_accepted_tokens():
     sizes = []
     for prompt in _prompts("stream-blocks", 6):
         streamer = _recording_streamer()
-        mf.hf_pld(model, mf.as_ids(prompt), 24, 8, streamer=streamer)
+        mf.hf_pld(model, mf.as_ids(prompt), 24, 8, ngram=2, cost_aware=False, streamer=streamer)
         sizes += [len(p) for p in streamer.puts[1:]]
         streamer2 = _recording_streamer()
         gen = pld.generate(model, mf.as_ids(prompt), max_new_tokens=24, streamer=streamer2,

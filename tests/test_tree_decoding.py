@@ -55,7 +55,8 @@ def test_tree_greedy_exact(arch, sharp, caplog):
         k = rng.choice([1, 3, 5, 10])
         gen = _tree(model, ids, n_new, num_pred_tokens=k, max_ngram_size=rng.choice([1, 2, 3]),
                     tree_width=rng.choice([1, 4, 16, 64]), tree_candidates=rng.choice([1, 4, 8]),
-                    tree_successors=bool(i % 3), eos_token_id=eos)
+                    tree_successors=bool(i % 3), eos_token_id=eos,
+                    cost_aware=i % 4 == 3)  # the budget a quarter of the time (its choices follow timings)
         assert gen.new_tokens == expected, dict(prompt=prompt, n_new=n_new, k=k, eos=eos)
         drafted += sum(r.proposed > 0 for r in gen.stats.records)
         branched += sum(r.proposed > r.accepted + 1 for r in gen.stats.records)
@@ -71,7 +72,7 @@ def test_tree_accepts_more_than_one_token_a_step(arch):
     long_steps = 0
     for _ in range(10):
         ids = mf.as_ids(mf.repeated_prompt(rng))
-        gen = _tree(model, ids, 24)
+        gen = _tree(model, ids, 24, cost_aware=False)  # every node: the count does not follow timings
         assert gen.new_tokens == mf.greedy(model, ids, 24)
         long_steps += sum(r.accepted >= 2 for r in gen.stats.records)
     assert long_steps >= 3
