@@ -197,3 +197,31 @@ def install_counter(monkeypatch: Any) -> CountingRun:
     counter = CountingRun(loop.run)
     monkeypatch.setattr(loop, "run", counter)
     return counter
+
+
+def in_threads(*targets: Any, wait: float = 60) -> None:
+    """Run each target in its own thread with the caller's intra-op
+    thread count (a new thread's OpenMP default differs, and with it the
+    last bits of a product); re-raise the first failure."""
+    import threading
+
+    import torch
+
+    errors: list = []
+    n_threads = torch.get_num_threads()
+
+    def guarded(target):
+        try:
+            torch.set_num_threads(n_threads)
+            target()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(wait)
+        assert not t.is_alive(), "a thread hung"
+    if errors:
+        raise errors[0]

@@ -146,27 +146,7 @@ _ORIGINAL = sdpa.use_gqa_in_sdpa
 
 
 def _in_threads(*targets):
-    """Run each target in its own thread with the caller's intra-op
-    thread count (a new thread's OpenMP default differs, and with it the
-    last bits of a product); re-raise the first failure."""
-    errors = []
-    n_threads = torch.get_num_threads()
-
-    def guarded(target):
-        try:
-            torch.set_num_threads(n_threads)
-            target()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=guarded, args=(t,)) for t in targets]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(WAIT)
-        assert not t.is_alive(), "a thread hung"
-    if errors:
-        raise errors[0]
+    mf.in_threads(*targets, wait=WAIT)
 
 
 def test_the_switch_outlives_a_thread_that_leaves_first():
