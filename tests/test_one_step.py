@@ -256,3 +256,14 @@ def test_two_threads_generating_at_once_each_get_greedys_tokens():
     assert not errors, errors
     for name in ("linear", "tree"):
         assert [got[(name, i)] for i in range(len(prompts))] == expected, name
+
+
+@pytest.mark.parametrize("value, error", [
+    (("nope",), ValueError), ((), ValueError), (3, TypeError), ((1, 2), TypeError), ([b"prompt"], TypeError),
+])
+def test_draft_sources_are_refused_clearly(value, error):
+    from pld.config import DecodeConfig
+
+    with pytest.raises(error, match="draft_sources"):
+        DecodeConfig(draft_sources=value)
+    assert DecodeConfig(draft_sources=["successors", "prompt_tree"]).draft_sources == ("successors", "prompt_tree")
