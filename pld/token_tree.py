@@ -48,6 +48,12 @@ SUPPORT_BUCKETS = 3
 DEPTH_EDGES = (1, 2, 4, 8)
 AGREEMENT_BUCKETS = 4
 PAIR_AGREES, TOKEN_AGREES, DISAGREES, UNKNOWN = range(AGREEMENT_BUCKETS)
+#: Where a node's text was found (each origin learns its own buckets, from
+#: the same prior): the row's own sequence or the model's guesses, another
+#: row of the batch with the same prompt (pld.drafts.siblings), or a corpus
+#: of other sequences (pld.drafts.corpus_source).
+ORIGINS = 3
+ROW, SIBLING, CORPUS = range(ORIGINS)
 
 #: The prior: P(a node is accepted | its parent was) by [source / n-gram
 #: bucket][support or rank bucket][depth bucket][agreement bucket]
@@ -190,6 +196,8 @@ class TokenTree:
     supports: List[int]
     #: per node, its agreement bucket (PAIR_AGREES ... UNKNOWN); None: all UNKNOWN
     agreement: Optional[List[int]] = None
+    #: per node, where its text was found (ROW, SIBLING, CORPUS); None: all ROW
+    origins: Optional[List[int]] = None
 
     @classmethod
     def from_index(cls, index, depth: int, per_ngram: int, max_nodes: int,
@@ -215,7 +223,20 @@ def with_subtree(tree: TokenTree, token: int, ngram: int, support: int, below: T
     out.depths += [d + 1 for d in below.depths]
     out.ngrams += below.ngrams
     out.supports += below.supports
+    if tree.origins is not None or below.origins is not None:
+        out.origins = origins_of(tree) + [ROW] + origins_of(below)
     return out
+
+
+def origins_of(tree: TokenTree) -> List[int]:
+    """Every node's origin (ROW where the tree records none)."""
+    return list(tree.origins) if tree.origins is not None else [ROW] * len(tree.tokens)
+
+
+def with_origin(tree: TokenTree, origin: int) -> TokenTree:
+    """``tree`` with every node marked as found in ``origin``."""
+    tree.origins = [origin] * len(tree.tokens)
+    return tree
 
 
 def parent_tokens(tree: TokenTree, root: int) -> List[int]:
@@ -234,7 +255,7 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
     it does not have yet (n-gram size 0, support = rank), breadth first, to
     ``max_depth`` and ``max_nodes`` in all. Nothing follows an eos node."""
     out = TokenTree(list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.ngrams),
-                    list(tree.supports))
+                    list(tree.supports), origins=origins_of(tree))
     eos = set(eos)
     children = {(p, t) for p, t in zip(out.parents, out.tokens)}
     queue = [(-1, root_token, 0, root_previous)] + [
@@ -255,35 +276,45 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
             out.depths.append(depth + 1)
             out.ngrams.append(0)
             out.supports.append(rank)
+            out.origins.append(ROW)
             queue.append((len(out.tokens) - 1, t, depth + 1, token))
     return out
 
 
-def _bucket(ngram: int, support: int, depth: int, agreement: int = UNKNOWN
-            ) -> Tuple[int, int, int, int]:
+def _bucket(ngram: int, support: int, depth: int, agreement: int = UNKNOWN, origin: int = ROW
+            ) -> Tuple[int, int, int, int, int]:
     d = 0
     while d < len(DEPTH_EDGES) and depth > DEPTH_EDGES[d]:
         d += 1
-    return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d, agreement)
+    return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d, agreement, origin)
 
 
 class AcceptanceModel:
-    """P(node accepted | parent accepted) per bucket: a running rate that
-    starts from the prior, worth :data:`PRIOR_WEIGHT` observations."""
+    """P(node accepted | parent accepted) per bucket (and origin): a
+    running rate that starts from the prior, worth :data:`PRIOR_WEIGHT`
+    observations. Every origin starts from the same prior and learns apart."""
 
     def __init__(self, prior_weight: float = PRIOR_WEIGHT, prior=PRIOR) -> None:
-        self.hits: Dict[Tuple[int, int, int, int], float] = {}
-        self.trials: Dict[Tuple[int, int, int, int], float] = {}
+        self.hits: Dict[Tuple[int, int, int, int, int], float] = {}
+        self.trials: Dict[Tuple[int, int, int, int, int], float] = {}
         for n in range(NGRAM_BUCKETS):
             for s in range(SUPPORT_BUCKETS):
                 for d in range(len(DEPTH_EDGES) + 1):
                     for a in range(AGREEMENT_BUCKETS):
-                        b = (n, s, d, a)
-                        self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
-                        self.trials[b] = prior_weight
+                        for o in range(ORIGINS):
+                            b = (n, s, d, a, o)
+                            self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
+                            self.trials[b] = prior_weight
 
         self.predicted = SCALE_WEIGHT
         self.accepted = SCALE_WEIGHT * PRIOR_SCALE
+
+    def counts(self, origin: int = ROW) -> Tuple[Dict[Tuple[int, int, int, int], float],
+                                                 Dict[Tuple[int, int, int, int], float]]:
+        """(hits, trials) of ``origin``'s buckets, keyed (n-gram, support,
+        depth, agreement) as the prior is laid out."""
+        return ({b[:4]: v for b, v in self.hits.items() if b[4] == origin},
+                {b[:4]: v for b, v in self.trials.items() if b[4] == origin})
 
     @property
     def scale(self) -> float:
@@ -297,10 +328,10 @@ class AcceptanceModel:
         return [min(MAX_PROBABILITY, r * k) for r in reach]
 
     def rate(self, ngram: int, support: int, depth: int, agreement: int = UNKNOWN,
-             optimism: float = 0.0) -> float:
+             optimism: float = 0.0, origin: int = ROW) -> float:
         """The bucket's acceptance rate (the posterior mean), plus
         ``optimism`` posterior standard deviations."""
-        b = _bucket(ngram, support, depth, agreement)
+        b = _bucket(ngram, support, depth, agreement, origin)
         n = self.trials[b]
         if not n:
             return 0.5
@@ -313,8 +344,9 @@ class AcceptanceModel:
         """P(node reached) for every node: the product of the rates (each
         with ``optimism``, see :meth:`rate`) along its path, siblings
         scaled to share at most 1."""
-        q = [self.rate(n, s, d, a, optimism)
-             for n, s, d, a in zip(tree.ngrams, tree.supports, tree.depths, _agreement(tree))]
+        q = [self.rate(n, s, d, a, optimism, o)
+             for n, s, d, a, o in zip(tree.ngrams, tree.supports, tree.depths, _agreement(tree),
+                                      origins_of(tree))]
         total: Dict[int, float] = {}
         for j, parent in enumerate(tree.parents):
             total[parent] = total.get(parent, 0.0) + q[j]
@@ -335,10 +367,10 @@ class AcceptanceModel:
             self.accepted += len(path)
         reached = {-1, *path}
         on_path = set(path)
-        agreement = _agreement(tree)
+        agreement, origins = _agreement(tree), origins_of(tree)
         for j in chosen:
             if tree.parents[j] in reached:
-                b = _bucket(tree.ngrams[j], tree.supports[j], tree.depths[j], agreement[j])
+                b = _bucket(tree.ngrams[j], tree.supports[j], tree.depths[j], agreement[j], origins[j])
                 self.trials[b] += 1.0
                 if j in on_path:
                     self.hits[b] += 1.0
@@ -376,9 +408,11 @@ def choose_rows(reaches: Sequence[Sequence[float]], cost, pending: int, max_widt
 
 def merge(tree: TokenTree, other: TokenTree) -> TokenTree:
     """``tree`` with the nodes of ``other`` (same root) that it lacks: a
-    node of ``other`` whose (parent, token) is in ``tree`` is that node."""
+    node of ``other`` whose (parent, token) is in ``tree`` is that node
+    (its features and origin stay ``tree``'s)."""
     out = TokenTree(list(tree.tokens), list(tree.parents), list(tree.depths), list(tree.ngrams),
-                    list(tree.supports))
+                    list(tree.supports), origins=origins_of(tree))
+    theirs = origins_of(other)
     where = {(p, t): j for j, (p, t) in enumerate(zip(out.parents, out.tokens))}
     mapped: List[int] = []
     for j, (t, p) in enumerate(zip(other.tokens, other.parents)):
@@ -391,6 +425,7 @@ def merge(tree: TokenTree, other: TokenTree) -> TokenTree:
             out.depths.append(other.depths[j])
             out.ngrams.append(other.ngrams[j])
             out.supports.append(other.supports[j])
+            out.origins.append(theirs[j])
         mapped.append(where[key])
     return out
 

@@ -238,7 +238,7 @@ def test_choose_is_ancestor_closed_and_follows_the_cost():
 
 
 def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
-    from pld.token_tree import UNKNOWN, AcceptanceModel
+    from pld.token_tree import ROW, UNKNOWN, AcceptanceModel
 
     tree = _tree_of([5, 6, 7, 8], [-1, 0, 0, -1], [1, 2, 2, 1], ngrams=[3, 3, 3, 3],
                     supports=[3, 3, 3, 3])
@@ -248,9 +248,9 @@ def test_reach_is_the_product_along_the_path_and_siblings_share_at_most_one():
     assert reach[0] + reach[3] == pytest.approx(1.0)  # two root children at 0.9 each: scaled
     assert reach[1] == pytest.approx(reach[0] * 0.5)
     model.update(tree, [0, 1, 2, 3], [0, 2])  # root children and 0's children were trials
-    assert model.trials[(3, 2, 0, UNKNOWN)] == pytest.approx(4.0 + 2)
-    assert model.hits[(3, 2, 0, UNKNOWN)] == pytest.approx(0.9 * 4 + 1)
-    assert model.hits[(3, 2, 1, UNKNOWN)] == pytest.approx(0.9 * 4 + 1)
+    assert model.trials[(3, 2, 0, UNKNOWN, ROW)] == pytest.approx(4.0 + 2)
+    assert model.hits[(3, 2, 0, UNKNOWN, ROW)] == pytest.approx(0.9 * 4 + 1)
+    assert model.hits[(3, 2, 1, UNKNOWN, ROW)] == pytest.approx(0.9 * 4 + 1)
 
 
 def test_optimism_adds_posterior_deviations_that_shrink_with_trials():
@@ -260,14 +260,14 @@ def test_optimism_adds_posterior_deviations_that_shrink_with_trials():
     and leaves the counts as they were."""
     import math
 
-    from pld.token_tree import MAX_PROBABILITY, UNKNOWN, AcceptanceModel
+    from pld.token_tree import MAX_PROBABILITY, ROW, UNKNOWN, AcceptanceModel
 
     prior = tuple(tuple(((0.1,) * 4,) * 5 for _ in range(3)) for _ in range(4))
     model = AcceptanceModel(prior=prior, prior_weight=4.0)
     assert model.rate(1, 1, 1) == pytest.approx(0.1)
     assert model.rate(1, 1, 1, optimism=1.0) == pytest.approx(0.1 + math.sqrt(0.09 / 5))
     assert model.rate(1, 1, 1, optimism=2.0) == pytest.approx(0.1 + 2 * math.sqrt(0.09 / 5))
-    b = (1, 0, 0, UNKNOWN)
+    b = (1, 0, 0, UNKNOWN, ROW)
     model.trials[b] += 20.0
     model.hits[b] += 2.0  # 2.4 hits in 24: the same mean, more certain
     assert model.rate(1, 1, 1) == pytest.approx(0.1)
@@ -319,7 +319,7 @@ def test_the_budget_explores_a_bucket_whose_mean_does_not_pay():
 def test_agreement_picks_the_bucket_a_node_is_scored_and_counted_in():
     """A node the model's successors agree with is scored by its
     agreement's rate, and counted there."""
-    from pld.token_tree import DISAGREES, PAIR_AGREES, TOKEN_AGREES, UNKNOWN, AcceptanceModel
+    from pld.token_tree import DISAGREES, PAIR_AGREES, ROW, TOKEN_AGREES, UNKNOWN, AcceptanceModel
 
     rates = {PAIR_AGREES: 0.8, TOKEN_AGREES: 0.4, DISAGREES: 0.1, UNKNOWN: 0.3}
     prior = tuple(tuple((tuple(rates[a] for a in range(4)),) * 5 for _ in range(3))
@@ -330,11 +330,34 @@ def test_agreement_picks_the_bucket_a_node_is_scored_and_counted_in():
     tree.agreement = [PAIR_AGREES, DISAGREES, TOKEN_AGREES]
     assert model.reach(tree) == pytest.approx([0.8 / 1.2, 0.8 / 1.2 * 0.1, 0.4 / 1.2])
     model.update(tree, [0, 1, 2], [0])
-    assert model.hits[(1, 0, 0, PAIR_AGREES)] == pytest.approx(0.8 * 4 + 1)
-    assert model.trials[(1, 0, 1, DISAGREES)] == pytest.approx(4 + 1)
-    assert model.hits[(1, 0, 1, DISAGREES)] == pytest.approx(0.1 * 4)
-    assert model.trials[(2, 0, 0, TOKEN_AGREES)] == pytest.approx(4 + 1)
-    assert model.trials[(1, 0, 0, UNKNOWN)] == pytest.approx(4)  # untouched
+    assert model.hits[(1, 0, 0, PAIR_AGREES, ROW)] == pytest.approx(0.8 * 4 + 1)
+    assert model.trials[(1, 0, 1, DISAGREES, ROW)] == pytest.approx(4 + 1)
+    assert model.hits[(1, 0, 1, DISAGREES, ROW)] == pytest.approx(0.1 * 4)
+    assert model.trials[(2, 0, 0, TOKEN_AGREES, ROW)] == pytest.approx(4 + 1)
+    assert model.trials[(1, 0, 0, UNKNOWN, ROW)] == pytest.approx(4)  # untouched
+
+
+def test_each_origin_learns_its_own_buckets_and_merge_keeps_the_first_origin():
+    """Nodes found in a sibling row or a corpus start from the same prior as
+    the row's own, and learn apart: a corpus node's misses leave the row's
+    bucket as it was. A merged node keeps the origin of the tree it was in
+    first; new nodes bring theirs."""
+    from pld.token_tree import CORPUS, ROW, SIBLING, UNKNOWN, AcceptanceModel, merge, origins_of, with_origin
+
+    prior = tuple(tuple(((0.5,) * 4,) * 5 for _ in range(3)) for _ in range(4))
+    model = AcceptanceModel(prior=prior)
+    row = _tree_of([5, 6], [-1, 0], [1, 2], ngrams=[2, 2], supports=[1, 1])
+    corpus = with_origin(_tree_of([5, 7, 8], [-1, 0, -1], [1, 2, 1], ngrams=[2, 2, 2], supports=[1, 1, 1]),
+                         CORPUS)
+    tree = merge(row, corpus)
+    assert tree.tokens == [5, 6, 7, 8] and origins_of(tree) == [ROW, ROW, CORPUS, CORPUS]
+    assert model.reach(tree)[2] == pytest.approx(model.reach(tree)[1])  # one prior for all
+    for _ in range(10):
+        model.update(tree, [0, 1, 2, 3], [0, 1])  # the corpus nodes always miss
+    assert model.rate(2, 1, 2, origin=CORPUS) < 0.2 < 0.8 < model.rate(2, 1, 2, origin=ROW)
+    assert model.trials[(2, 0, 0, UNKNOWN, SIBLING)] == pytest.approx(4.0)  # untouched
+    hits, trials = model.counts(CORPUS)
+    assert trials[(2, 0, 0, UNKNOWN)] == pytest.approx(4.0 + 10) and hits[(2, 0, 0, UNKNOWN)] == pytest.approx(2.0)
 
 
 def test_attention_mask_sees_context_ancestors_and_self():
@@ -412,9 +435,9 @@ def test_tree_prior_fit_shrinks_toward_smaller_neighbours():
     from pld.token_tree import AcceptanceModel
 
     counts = AcceptanceModel(prior_weight=0.0)
-    counts.trials[(1, 0, 0, U)], counts.hits[(1, 0, 0, U)] = 1000.0, 100.0   # well observed: 0.1
-    counts.trials[(1, 1, 0, U)], counts.hits[(1, 1, 0, U)] = 2.0, 2.0        # two hits only
-    counts.trials[(0, 0, 0, U)], counts.hits[(0, 0, 0, U)] = 1000.0, 300.0   # successors: 0.3
+    counts.trials[(1, 0, 0, U, 0)], counts.hits[(1, 0, 0, U, 0)] = 1000.0, 100.0   # well observed: 0.1
+    counts.trials[(1, 1, 0, U, 0)], counts.hits[(1, 1, 0, U, 0)] = 2.0, 2.0        # two hits only
+    counts.trials[(0, 0, 0, U, 0)], counts.hits[(0, 0, 0, U, 0)] = 1000.0, 300.0   # successors: 0.3
     prior, lines = fitted(counts, strength=10.0)
     assert prior[1][0][0][U] == pytest.approx((100 + 10 * 0.1) / 1010, abs=0.01)
     # few trials: pulled from 1.0 toward its smaller neighbour's 0.1
@@ -436,8 +459,8 @@ def test_tree_prior_fit_pools_agreements_then_shrinks_each_toward_the_pool():
     from pld.token_tree import DISAGREES, PAIR_AGREES, UNKNOWN, AcceptanceModel
 
     counts = AcceptanceModel(prior_weight=0.0)
-    counts.trials[(1, 0, 0, PAIR_AGREES)], counts.hits[(1, 0, 0, PAIR_AGREES)] = 100.0, 80.0
-    counts.trials[(1, 0, 0, DISAGREES)], counts.hits[(1, 0, 0, DISAGREES)] = 900.0, 20.0
+    counts.trials[(1, 0, 0, PAIR_AGREES, 0)], counts.hits[(1, 0, 0, PAIR_AGREES, 0)] = 100.0, 80.0
+    counts.trials[(1, 0, 0, DISAGREES, 0)], counts.hits[(1, 0, 0, DISAGREES, 0)] = 900.0, 20.0
     prior, _ = fitted(counts, strength=10.0)
     pool = (100 + 10 * 0.1) / 1010  # 100 hits in 1000 trials, shrunk toward the overall 0.1
     row = prior[1][0][0]

@@ -50,11 +50,12 @@ def _pooled_rates(model: Any) -> Tuple[float, float]:
     """(overall, row0): an AcceptanceModel's hit rate over all its buckets
     (0.5 with no trials), and over row 0's, the model's successors (the
     overall rate when row 0 has no trials)."""
-    total_hits = sum(model.hits.values())
-    total_trials = sum(model.trials.values())
+    hits, trials = model.counts()
+    total_hits = sum(hits.values())
+    total_trials = sum(trials.values())
     overall = total_hits / total_trials if total_trials else 0.5
-    row_trials = sum(v for b, v in model.trials.items() if b[0] == 0)
-    row0 = (sum(v for b, v in model.hits.items() if b[0] == 0) / row_trials) if row_trials else overall
+    row_trials = sum(v for b, v in trials.items() if b[0] == 0)
+    row0 = (sum(v for b, v in hits.items() if b[0] == 0) / row_trials) if row_trials else overall
     return overall, row0
 
 
@@ -79,13 +80,14 @@ def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
         return sum(counts[(n, s, d, a)] for a in agreements)
 
     overall, row0 = _pooled_rates(model)
+    model_hits, model_trials = model.counts()
     rates: Dict[Tuple[int, int, int], float] = {}
     out: Dict[Tuple[int, int, int, int], float] = {}
     lines = ["n-gram support depth agreement  trials  observed  fitted"]
     for n in range(tt.NGRAM_BUCKETS):
         for s in range(tt.SUPPORT_BUCKETS):
             for d in range(depth_buckets):
-                trials, hits = pooled(model.trials, n, s, d), pooled(model.hits, n, s, d)
+                trials, hits = pooled(model_trials, n, s, d), pooled(model_hits, n, s, d)
                 if n == 0:  # the successors: rank and depth make a node less likely
                     base = row0
                 else:       # row 0 is no smaller n-gram
@@ -96,7 +98,7 @@ def fitted(model: Any, strength: float) -> Tuple[tuple, List[str]]:
                 rates[(n, s, d)] = rate
                 for a in agreements:
                     b = (n, s, d, a)
-                    t, h = model.trials[b], model.hits[b]
+                    t, h = model_trials[b], model_hits[b]
                     out[b] = round(rate if a == tt.UNKNOWN else (h + strength * rate) / (t + strength), 2)
                     observed = f"{h / t:.3f}" if t else "   -"
                     lines.append(f"{n + 1:>6} {s + 1:>7} {d + 1:>5} {a + 1:>9} {int(t):>7}  "
