@@ -12,6 +12,7 @@ SOURCES = [
     "csrc/pld_lookup.c",
     "csrc/pld_index.c",
     "csrc/pld_accept.c",
+    "csrc/pld_corpus.c",
     "csrc/pld_module.c",
 ]
 
@@ -38,7 +39,7 @@ setup(
             "pld._core",
             sources=SOURCES,
             include_dirs=["csrc"],
-            depends=["csrc/pld.h", "csrc/pld_rules.h", "csrc/dlpack_abi.h"],
+            depends=["csrc/pld.h", "csrc/pld_internal.h", "csrc/pld_rules.h", "csrc/dlpack_abi.h"],
             extra_compile_args=cflags,
             extra_link_args=ldflags,
         )

@@ -218,6 +218,41 @@ pld_status pld_index_propose_tree(const pld_index *index, size_t depth, size_t p
                                   size_t max_nodes, const int64_t *eos, size_t n_eos,
                                   pld_tree_node *out, size_t *n_nodes);
 
+/* pld_index_propose_tree for an outside sequence, merged into a trie the
+ * caller already holds: the n-gram looked up is the suffix of
+ * context[0..clen) (the caller's sequence, or its last max_n tokens), not
+ * of the index's own sequence, and every candidate is inserted into
+ * out[0..*n_nodes) as it is on entry -- a trie from an earlier call (on
+ * another index, say) or nothing (*n_nodes = 0). On return *n_nodes is the
+ * total. Candidates, in this order: for n from min(max_n, clen) down to
+ * min_n, the occurrences i of context[clen-n..clen) in the index's
+ * sequence with i + n < len:
+ *   RECENT            the newest per_ngram of them, newest first;
+ *   FIRST, FREQUENT   the earliest one only.
+ * An occurrence whose continuation start i + n was taken by a candidate of
+ * this call (the same text, found by a longer n) is skipped; it still
+ * counts among the per_ngram of its n. A candidate is tokens[i+n ..
+ * min(i+n+depth, len)), cut before its first token in eos[0..n_eos), and
+ * is inserted from the root as pld_index_propose_tree inserts (a token
+ * already a child is shared -- nodes that were in out on entry included,
+ * and their support grows too; a new node is appended, linked after its
+ * siblings, unless the trie holds max_nodes nodes). A new node's ngram is
+ * the n of its candidate; nodes there on entry keep theirs.
+ *
+ * Requires what pld_index_propose_tree requires, context NULL only when
+ * clen is 0, and *n_nodes <= max_nodes with out[0..*n_nodes) a trie as
+ * these functions write it: each node's parent before it, its first child
+ * and next sibling after it (checked). PLD_ERR_ARG otherwise, out and
+ * *n_nodes left as they were. Any context length is fine (0: nothing to
+ * look up). Ids are any int64, negative ones included. Cost: O((max_n -
+ * min_n + 1) * (max_n + per_ngram * (depth + max_nodes))) at worst (FIRST:
+ * max_n^2 for max_n, as its tables hold only what cannot be derived),
+ * independent of the index's length. Reads the index only. */
+pld_status pld_index_propose_tree_after(const pld_index *index, const int64_t *context,
+                                        size_t clen, size_t depth, size_t per_ngram,
+                                        size_t max_nodes, const int64_t *eos, size_t n_eos,
+                                        pld_tree_node *out, size_t *n_nodes);
+
 size_t pld_index_len(const pld_index *index);
 const int64_t *pld_index_tokens(const pld_index *index); /* borrowed; valid until the next extend/truncate */
 size_t pld_index_nbytes(const pld_index *index);         /* heap bytes owned */
@@ -232,6 +267,117 @@ uint64_t pld_index_key(const pld_index *index); /* as given to pld_index_new_key
  * is a bijection of the id. Not part of the stable API. */
 uint32_t pld_index_ngram_tag(const int64_t *key_tokens, size_t n,
                              uint64_t hash_key);
+
+/* ------------------------------------------------------------------------
+ * Corpus: a bounded set of token sequences to draft from
+ * ------------------------------------------------------------------------
+ * Documents and earlier outputs, looked up with the suffix of a caller's
+ * sequence at a cost that does not grow with the corpus.
+ *
+ * Storage: a FIFO of at most `segments` RECENT indexes (generations), all
+ * keyed with the corpus's key (pld_index_new_keyed: ids may come from
+ * untrusted text). A sequence is appended to the newest segment followed
+ * by the separator -1 (never a valid id: ids are >= 0), and its start is
+ * recorded so that it can be read back. A new segment starts when there is
+ * none, when the newest holds >= T = ceil(max_tokens / segments) tokens,
+ * or when the sequence would take the newest past max_tokens; if all
+ * `segments` are in use, the oldest is dropped to make room.
+ *
+ * Tokens held counts the sequences' tokens; separators do not count. After
+ * an add, while the tokens held exceed max_tokens, the oldest segment is
+ * dropped whole (never the one just written to), and its sequences count
+ * as evicted. So at most max_tokens tokens are held, in at most `segments`
+ * segments.
+ *
+ * Memory: pld_corpus_nbytes is the sum of the segments' pld_index_nbytes,
+ * 4 bytes (8 while growing) a sequence, and the corpus itself (~3 KB).
+ * Per token of a segment's index (the sequence tokens plus one separator
+ * a sequence), with k = max_n - min_n + 1 n-gram sizes: 8 + 8k bytes of
+ * arrays (the tokens, and two 32-bit links per size) -- up to twice that
+ * in the newest segment, whose arrays grow by doubling; older segments are
+ * trimmed to their length when a newer one starts -- and at most 32k
+ * bytes of hash tables (one per size, 8-byte slots at load >= 1/4, one
+ * entry per distinct n-gram, so repetitive text takes less). With the
+ * default sizes 2..4 (k = 3) that is at most 128 bytes a token in older
+ * segments and 160 in the newest, plus ~20 KB fixed a segment:
+ *   nbytes <= PLD_CORPUS_BYTES_PER_TOKEN * (tokens + sequences)
+ *             + 24 KB * segments + 8 * sequences + 4 KB.
+ * Measured on 1M tokens in sequences of 50-550 tokens, 4 segments: 60-110
+ * bytes a token for text-like ids (Zipf-distributed, repeated phrases),
+ * 110-130 for uniformly random ids over 49k (every n-gram new), 158 at
+ * worst with one segment, just after its tables doubled.
+ * tests/test_corpus.py and tests/test_corpus.c check the bound.
+ *
+ * No locks: one corpus must not be used by two threads at once unless the
+ * caller serialises every call (the Python binding holds a lock per
+ * corpus).
+ */
+#define PLD_CORPUS_MAX_TOKENS ((size_t)1 << 30)
+#define PLD_CORPUS_MAX_SEGMENTS 64
+/* Bytes a token of a segment's index at most, with min_n..max_n = 2..4
+ * (see "Memory" above for the whole bound). */
+#define PLD_CORPUS_BYTES_PER_TOKEN 160
+
+typedef struct pld_corpus pld_corpus;
+
+/* A new empty corpus; NULL unless 1 <= min_n <= max_n <= PLD_MAX_NGRAM,
+ * 1 <= segments <= PLD_CORPUS_MAX_SEGMENTS and 1 <= max_tokens <=
+ * PLD_CORPUS_MAX_TOKENS, or if memory runs out. Free with pld_corpus_free. */
+pld_corpus *pld_corpus_new(size_t max_tokens, size_t min_n, size_t max_n, size_t segments,
+                           uint64_t key);
+void pld_corpus_free(pld_corpus *corpus); /* NULL is fine */
+
+/* Add tokens[0..len) as one sequence (copied), then evict as described
+ * above. PLD_ERR_ARG if len > max_tokens, a token is negative, or tokens is
+ * NULL with len > 0; PLD_ERR_NOMEM if memory runs out. On any error
+ * nothing changes. An empty sequence is a no-op (PLD_OK, nothing held). */
+pld_status pld_corpus_add(pld_corpus *corpus, const int64_t *tokens, size_t len);
+
+/* One trie from every segment, written to out[0..*n_nodes) (a fresh trie:
+ * *n_nodes need not be 0 on entry). Candidates, in this order: for n from
+ * min(max_n, m) down to min_n, where m is the number of context's last
+ * tokens that are all >= 0 (an n-gram with a negative id is not looked
+ * up), for each segment, newest first: its newest per_ngram occurrences of
+ * context[clen-n..clen) that a token follows, newest first; an occurrence
+ * whose continuation start (in its segment) a longer n took is skipped,
+ * and still counts among the per_ngram. A candidate is its segment's
+ * tokens[i+n .. min(i+n+depth, len)), cut before the separator and before
+ * its first token in eos[0..n_eos); it is inserted as
+ * pld_index_propose_tree inserts (ngram = n, support counted on every node
+ * of its path; at most max_nodes nodes). Requires depth >= 1, 1 <=
+ * per_ngram <= PLD_TREE_MAX_PER_NGRAM, max_nodes <= PLD_TREE_MAX_NODES, out
+ * holding max_nodes nodes (NULL only when 0), context NULL only when clen
+ * is 0, eos NULL only when n_eos is 0; PLD_ERR_ARG otherwise (*n_nodes =
+ * 0). Cost: O(segments * (max_n - min_n + 1) * (max_n + per_ngram * (depth
+ * + max_nodes))) at worst, independent of the tokens held. Reads the
+ * corpus only. */
+pld_status pld_corpus_propose_tree(const pld_corpus *corpus, const int64_t *context,
+                                   size_t clen, size_t depth, size_t per_ngram,
+                                   size_t max_nodes, const int64_t *eos, size_t n_eos,
+                                   pld_tree_node *out, size_t *n_nodes);
+
+size_t pld_corpus_tokens(const pld_corpus *corpus);    /* tokens held (no separators) */
+size_t pld_corpus_sequences(const pld_corpus *corpus); /* sequences held */
+uint64_t pld_corpus_evicted(const pld_corpus *corpus); /* sequences dropped so far with their
+                                                        * segment (pld_corpus_clear's are not
+                                                        * counted) */
+size_t pld_corpus_nbytes(const pld_corpus *corpus);    /* heap bytes owned */
+int64_t pld_corpus_max_id(const pld_corpus *corpus);   /* the largest id held; -1: none */
+size_t pld_corpus_segments_used(const pld_corpus *corpus); /* segments in use */
+size_t pld_corpus_max_tokens(const pld_corpus *corpus);
+size_t pld_corpus_min_n(const pld_corpus *corpus);
+size_t pld_corpus_max_n(const pld_corpus *corpus);
+size_t pld_corpus_max_segments(const pld_corpus *corpus);
+uint64_t pld_corpus_key(const pld_corpus *corpus);
+
+/* The i-th sequence held, oldest first (i < pld_corpus_sequences): *tokens
+ * borrowed, valid until the next add or clear; *len >= 1. PLD_ERR_ARG if i
+ * is out of range (*tokens = NULL, *len = 0). */
+pld_status pld_corpus_sequence(const pld_corpus *corpus, size_t i, const int64_t **tokens,
+                               size_t *len);
+
+/* Drop every sequence (not counted as evicted); the settings stay. */
+void pld_corpus_clear(pld_corpus *corpus);
 
 /* ------------------------------------------------------------------------
  * Acceptance of a draft

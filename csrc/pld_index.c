@@ -46,6 +46,7 @@
 #include <intrin.h> /* _umul128, __umulh */
 #endif
 
+#include "pld_internal.h"
 #include "pld_rules.h"
 
 typedef struct {
@@ -1222,35 +1223,64 @@ static inline int tree_is_eos(int64_t token, const int64_t *eos, size_t n_eos)
     return 0;
 }
 
-/* The child of `parent` (-1: the root) holding token, or -1. */
-static inline int32_t tree_child(const pld_tree_node *nodes, int32_t root_first,
-                                 int32_t parent, int64_t token)
+pld_status pld_trie_open(pld_trie *t, pld_tree_node *out, size_t n_nodes, size_t max_nodes,
+                         const int64_t *eos, size_t n_eos)
 {
-    int32_t c = parent < 0 ? root_first : nodes[parent].first_child;
-    while (c >= 0 && nodes[c].token != token)
-        c = nodes[c].next_sibling;
+    size_t k;
+    t->nodes = out;
+    t->n_nodes = 0;
+    t->max_nodes = max_nodes;
+    t->root_first = -1;
+    t->eos = eos;
+    t->n_eos = n_eos;
+    if (n_nodes > max_nodes)
+        return PLD_ERR_ARG;
+    /* Links only point forward and parents only back, so every walk of a
+     * sibling list ends within the nodes, however the links were forged. */
+    for (k = 0; k < n_nodes; k++) {
+        const pld_tree_node *v = &out[k];
+        if (v->parent < -1 || v->parent >= (int64_t)k ||
+            (v->first_child != -1 &&
+             (v->first_child <= (int64_t)k || v->first_child >= (int64_t)n_nodes)) ||
+            (v->next_sibling != -1 &&
+             (v->next_sibling <= (int64_t)k || v->next_sibling >= (int64_t)n_nodes)))
+            return PLD_ERR_ARG;
+    }
+    for (k = 0; k < n_nodes; k++)
+        if (out[k].parent == -1) {
+            t->root_first = (int32_t)k; /* children are linked in creation order */
+            break;
+        }
+    t->n_nodes = n_nodes;
+    return PLD_OK;
+}
+
+/* The child of `parent` (-1: the root) holding token, or -1. */
+static inline int32_t tree_child(const pld_trie *t, int32_t parent, int64_t token)
+{
+    int32_t c = parent < 0 ? t->root_first : t->nodes[parent].first_child;
+    while (c >= 0 && t->nodes[c].token != token)
+        c = t->nodes[c].next_sibling;
     return c;
 }
 
-/* Merge the continuation tokens[start .. start + count) (cut at eos) of an
- * n-gram match into the trie. */
-static void tree_insert(const int64_t *tokens, size_t start, size_t count, uint32_t n,
-                        const int64_t *eos, size_t n_eos, size_t max_nodes,
-                        pld_tree_node *nodes, size_t *n_nodes, int32_t *root_first)
+void pld_trie_insert(pld_trie *t, const int64_t *tokens, size_t count, uint32_t n)
 {
+    pld_tree_node *nodes = t->nodes;
     int32_t parent = -1;
     size_t j;
     for (j = 0; j < count; j++) {
-        const int64_t token = tokens[start + j];
+        const int64_t token = tokens[j];
         int32_t c;
-        if (tree_is_eos(token, eos, n_eos))
+        if (tree_is_eos(token, t->eos, t->n_eos))
             return;
-        c = tree_child(nodes, *root_first, parent, token);
+        c = tree_child(t, parent, token);
         if (c < 0) {
             pld_tree_node *v;
-            if (*n_nodes >= max_nodes)
+            int32_t *link;
+            if (t->n_nodes >= t->max_nodes)
                 return;
-            c = (int32_t)(*n_nodes)++;
+            c = (int32_t)t->n_nodes++;
             v = &nodes[c];
             v->token = token;
             v->parent = parent;
@@ -1260,16 +1290,23 @@ static void tree_insert(const int64_t *tokens, size_t start, size_t count, uint3
             v->first_child = -1;
             /* appended after its siblings, so children keep creation order */
             v->next_sibling = -1;
-            {
-                int32_t *link = parent < 0 ? root_first : &nodes[parent].first_child;
-                while (*link >= 0)
-                    link = &nodes[*link].next_sibling;
-                *link = c;
-            }
+            link = parent < 0 ? &t->root_first : &nodes[parent].first_child;
+            while (*link >= 0)
+                link = &nodes[*link].next_sibling;
+            *link = c;
         }
         nodes[c].support++;
         parent = c;
     }
+}
+
+/* The arguments every propose_tree shares (pld.h). */
+static int tree_args_ok(size_t depth, size_t per_ngram, size_t max_nodes, const void *out,
+                        const int64_t *eos, size_t n_eos)
+{
+    return depth >= 1 && per_ngram >= 1 && per_ngram <= PLD_TREE_MAX_PER_NGRAM &&
+           max_nodes <= PLD_TREE_MAX_NODES && (out != NULL || max_nodes == 0) &&
+           (eos != NULL || n_eos == 0);
 }
 
 pld_status pld_index_propose_tree(const pld_index *ix, size_t depth, size_t per_ngram,
@@ -1278,13 +1315,12 @@ pld_status pld_index_propose_tree(const pld_index *ix, size_t depth, size_t per_
 {
     uint32_t used[PLD_MAX_NGRAM * PLD_TREE_MAX_PER_NGRAM]; /* continuation starts taken */
     size_t n_used = 0, top, n;
-    int32_t root_first = -1;
+    pld_trie trie;
     if (n_nodes != NULL)
         *n_nodes = 0;
-    if (ix == NULL || n_nodes == NULL || depth < 1 || per_ngram < 1 ||
-        per_ngram > PLD_TREE_MAX_PER_NGRAM || max_nodes > PLD_TREE_MAX_NODES ||
-        (out == NULL && max_nodes > 0) || (eos == NULL && n_eos > 0))
+    if (ix == NULL || n_nodes == NULL || !tree_args_ok(depth, per_ngram, max_nodes, out, eos, n_eos))
         return PLD_ERR_ARG;
+    (void)pld_trie_open(&trie, out, 0, max_nodes, eos, n_eos);
     top = ix->max_n < ix->len ? ix->max_n : ix->len;
     for (n = top; n >= ix->min_n && n >= 1; n--) {
         const uint32_t self1 = (uint32_t)(ix->len - n + 1); /* the suffix itself */
@@ -1315,11 +1351,141 @@ pld_status pld_index_propose_tree(const pld_index *ix, size_t depth, size_t per_
                 continue; /* a longer match already gave this continuation */
             used[n_used++] = (uint32_t)start;
             count = ix->len - start < depth ? ix->len - start : depth;
-            tree_insert(ix->tokens, start, count, (uint32_t)n, eos, n_eos, max_nodes, out,
-                        n_nodes, &root_first);
+            pld_trie_insert(&trie, ix->tokens + start, count, (uint32_t)n);
         }
     }
+    *n_nodes = trie.n_nodes;
     return PLD_OK;
+}
+
+/* An n-gram of the table's size (tag computed) in tables[n], the ring of
+ * n-grams not yet filed included: the position (+1) its slot or entry
+ * holds; 0 if it is in neither. */
+static uint32_t table_lookup(const pld_index *ix, size_t n, const int64_t *key)
+{
+    const pld_table *t = &ix->tables[n];
+    const uint32_t tag = hash_tag(&ix->hk, key, n);
+    uint32_t pos1;
+    int found;
+    size_t s;
+    if (t->slots == NULL)
+        return 0; /* no n-gram of this size yet */
+    if (t->seen != NULL) {
+        if (!seen_maybe(t, tag))
+            return 0;
+        pos1 = pending_find(t, ix->tokens, key, n, tag);
+        if (pos1 != 0)
+            return pos1;
+    }
+    s = index_probe(ix, n, key, tag, &found);
+    return found ? t->slots[s].pos1 : 0;
+}
+
+/* FIRST: the earliest occurrence (+1) of key[0..n) in the sequence; 0 if
+ * none. The tables hold only what cannot be derived (see "FIRST files
+ * lazily"): with g' = key[1..n) first at p', key occurs first at p' - 1
+ * when the token there is key[0]; otherwise at the position tables[n]
+ * holds, if it holds key. */
+static uint32_t first_occurrence(const pld_index *ix, const int64_t *key, size_t n)
+{
+    if (n > ix->min_n) {
+        const uint32_t p1 = first_occurrence(ix, key + 1, n - 1);
+        if (p1 == 0)
+            return 0;
+        if (p1 >= 2 && ix->tokens[p1 - 2] == key[0])
+            return p1 - 1;
+    } else if (n == 1 && uni_is_direct(ix, key[0])) {
+        const pld_uni *u = uni_entry(ix, key[0]);
+        return u != NULL ? u->pos1 : 0;
+    }
+    return table_lookup(ix, n, key);
+}
+
+size_t pld_index_continuations(const pld_index *ix, const int64_t *key, size_t n, size_t max,
+                               size_t *starts)
+{
+    size_t count = 0;
+    uint32_t cur;
+    if (n > ix->len)
+        return 0;
+    switch (ix->policy) {
+    case PLD_POLICY_RECENT:
+        cur = table_lookup(ix, n, key);
+        while (cur != 0 && count < max) {
+            /* only the newest occurrence can end the sequence */
+            if (cur - 1 + n < ix->len)
+                starts[count++] = cur - 1 + n;
+            cur = ix->prev1[n][cur - 1];
+        }
+        return count;
+    case PLD_POLICY_FREQUENT:
+        cur = table_lookup(ix, n, key); /* every n-gram is filed, at its earliest */
+        break;
+    default:
+        cur = first_occurrence(ix, key, n);
+        break;
+    }
+    if (cur != 0 && cur - 1 + n < ix->len)
+        starts[count++] = cur - 1 + n;
+    return count;
+}
+
+pld_status pld_index_propose_tree_after(const pld_index *ix, const int64_t *context, size_t clen,
+                                        size_t depth, size_t per_ngram, size_t max_nodes,
+                                        const int64_t *eos, size_t n_eos, pld_tree_node *out,
+                                        size_t *n_nodes)
+{
+    size_t top, n, c;
+    size_t starts[PLD_TREE_MAX_PER_NGRAM];
+    pld_trie trie;
+    if (ix == NULL || n_nodes == NULL || (context == NULL && clen > 0) ||
+        !tree_args_ok(depth, per_ngram, max_nodes, out, eos, n_eos) ||
+        pld_trie_open(&trie, out, *n_nodes, max_nodes, eos, n_eos) != PLD_OK)
+        return PLD_ERR_ARG;
+    top = ix->max_n < clen ? ix->max_n : clen;
+    for (n = top; n >= ix->min_n && n >= 1; n--) {
+        const int64_t *key = context + (clen - n);
+        const size_t found = pld_index_continuations(ix, key, n, per_ngram, starts);
+        for (c = 0; c < found; c++) {
+            const size_t start = starts[c];
+            /* Taken by a longer n: the candidates of one n are the newest (or
+             * the earliest) of its occurrences, and those of n + 1 are
+             * occurrences of n too, so a start is taken iff the (n+1)-gram
+             * before it is the context's too (n + 1 <= top). */
+            if (n < top && start >= n + 1 && ix->tokens[start - n - 1] == context[clen - n - 1])
+                continue;
+            pld_trie_insert(&trie, ix->tokens + start,
+                            ix->len - start < depth ? ix->len - start : depth, (uint32_t)n);
+        }
+    }
+    *n_nodes = trie.n_nodes;
+    return PLD_OK;
+}
+
+void pld_index_shrink_to_fit(pld_index *ix)
+{
+    const size_t len = ix->len;
+    size_t n;
+    if (len == 0 || len >= ix->cap)
+        return;
+    /* Each array keeps at least len entries whether or not its realloc
+     * succeeds, so cap = len holds for all of them afterwards. */
+    {
+        int64_t *tokens = realloc(ix->tokens, len * sizeof(int64_t));
+        if (tokens != NULL)
+            ix->tokens = tokens;
+    }
+    if (ix->policy == PLD_POLICY_RECENT) {
+        for (n = ix->min_n; n <= ix->max_n; n++) {
+            uint32_t *prev = realloc(ix->prev1[n], len * sizeof(uint32_t)), *first;
+            if (prev != NULL)
+                ix->prev1[n] = prev;
+            first = realloc(ix->first1[n], len * sizeof(uint32_t));
+            if (first != NULL)
+                ix->first1[n] = first;
+        }
+    }
+    ix->cap = len;
 }
 
 /* --------------------------------------------------------------- accessors */

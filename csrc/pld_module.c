@@ -30,7 +30,8 @@
  *     is read with the GIL held: another thread could resize the tensor.
  *
  * Sections: errors | views of arrays | token inputs | float inputs | small
- * parsers | find_candidate | NgramIndex | Generator | acceptance | module.
+ * parsers | find_candidate | NgramIndex | Corpus | Generator | acceptance |
+ * module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1523,6 +1524,90 @@ done:
     return result;
 }
 
+/* The last (at most) max_n ids of a caller's sequence, copied into tail
+ * (PLD_MAX_NGRAM entries): all a lookup of its suffix n-grams reads. The
+ * conversion may run Python code; nothing of obj is held afterwards. */
+static int context_tail(PyObject *obj, const char *arg, size_t max_n, int64_t *tail,
+                        size_t *tlen)
+{
+    token_input ti;
+    size_t n, i;
+    if (token_input_get(obj, arg, 0, &ti) < 0)
+        return -1;
+    n = ti.len < max_n ? ti.len : max_n;
+    for (i = 0; i < n; i++)
+        tail[i] = token_at(&ti, ti.len - n + i);
+    *tlen = n;
+    token_input_release(&ti);
+    return 0;
+}
+
+/* The options every propose_tree method shares, parsed from a[first..):
+ * depth, per_ngram, max_nodes, eos_token_id (copied into oh). */
+static int parse_tree_opts(PyObject *const *a, const char *fname, size_t *depth,
+                           size_t *per_ngram, size_t *max_nodes, opts_holder *oh)
+{
+    if (a[0] == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument 'depth'", fname);
+        return -1;
+    }
+    if (parse_size(a[0], "depth", 1, PLD_MAX_DRAFT, depth) < 0)
+        return -1;
+    if (a[1] && parse_size(a[1], "per_ngram", 1, PLD_TREE_MAX_PER_NGRAM, per_ngram) < 0)
+        return -1;
+    if (a[2] && parse_size(a[2], "max_nodes", 0, PLD_TREE_MAX_NODES, max_nodes) < 0)
+        return -1;
+    if (a[3] != NULL && a[3] != Py_None && copy_eos(a[3], oh) < 0)
+        return -1;
+    return 0;
+}
+
+static PyObject *NgramIndex_propose_tree_after(NgramIndexObject *self, PyObject *const *args,
+                                               Py_ssize_t nargs, PyObject *kwnames)
+{
+    static const char *const names[] = {"context", "depth", "per_ngram", "max_nodes",
+                                        "eos_token_id"};
+    PyObject *a[5], *result = NULL;
+    size_t depth = 0, per_ngram = 4, max_nodes = 64, n = 0, tlen = 0;
+    int64_t tail[PLD_MAX_NGRAM];
+    pld_tree_node *nodes = NULL;
+    opts_holder oh;
+    pld_status st;
+    memset(&oh, 0, sizeof(oh));
+    if (index_check(self) < 0)
+        return NULL;
+    if (parse_fast_args("propose_tree_after", args, nargs, kwnames, names, 5, 5, a) < 0)
+        return NULL;
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError,
+                        "propose_tree_after() missing required argument 'context'");
+        return NULL;
+    }
+    /* every conversion (which may run Python code) into memory of our own
+     * before the index is read */
+    if (parse_tree_opts(a + 1, "propose_tree_after", &depth, &per_ngram, &max_nodes, &oh) < 0 ||
+        context_tail(a[0], "context", pld_index_max_n(self->index), tail, &tlen) < 0)
+        goto done;
+    if (index_check(self) < 0)
+        goto done;
+    nodes = PyMem_Malloc((max_nodes ? max_nodes : 1) * sizeof(pld_tree_node));
+    if (nodes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    st = pld_index_propose_tree_after(self->index, tail, tlen, depth, per_ngram, max_nodes,
+                                      oh.opts.eos, oh.opts.n_eos, nodes, &n);
+    if (st != PLD_OK) {
+        raise_status(st, "propose_tree_after");
+        goto done;
+    }
+    result = tree_lists(nodes, n, self->int_cache_ok);
+done:
+    PyMem_Free(nodes);
+    opts_release(&oh);
+    return result;
+}
+
 /* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
  * released when n is large and the op may have that much work to do. */
 static PyObject *index_sized_op(NgramIndexObject *self, PyObject *arg,
@@ -1647,6 +1732,17 @@ static PyMethodDef NgramIndex_methods[] = {
      "most max_nodes nodes. Returns (tokens, parents, depths, ngrams, supports), "
      "lists with one entry a node, parents before children (parent -1: the root, "
      "i.e. the sequence's last token)."},
+    {"propose_tree_after", (PyCFunction)(void (*)(void))NgramIndex_propose_tree_after,
+     METH_FASTCALL | METH_KEYWORDS,
+     "propose_tree_after(context, depth, per_ngram=4, max_nodes=64, eos_token_id=None)\n--\n\n"
+     "The continuations, in this index's sequence, of the suffix n-grams of another\n"
+     "sequence, context (a tensor, array or sequence of ids; only its last\n"
+     "max_ngram_size ids are read), merged into a token trie (pld.h,\n"
+     "pld_index_propose_tree_after): for each n-gram size from the largest, the\n"
+     "newest per_ngram occurrences (policy 'recent') or the earliest one (the other\n"
+     "policies); each continues for at most depth tokens, cut before an eos id; at\n"
+     "most max_nodes nodes. Returns (tokens, parents, depths, ngrams, supports) as\n"
+     "propose_tree does (parent -1: the root, i.e. context's last token)."},
     {"reserve", (PyCFunction)NgramIndex_reserve, METH_O,
      "reserve(n)\n--\n\nMake room for n more tokens, so that the next extends (n tokens in\n"
      "all) never grow a table: each then costs O(max_ngram_size) at worst, not only on\n"
@@ -1688,6 +1784,430 @@ static PyTypeObject NgramIndexType = {
     .tp_methods = NgramIndex_methods,
     .tp_getset = NgramIndex_getset,
     .tp_init = (initproc)NgramIndex_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ================================================================== Corpus */
+
+/* One Corpus serves several Python threads at once (rows generating in
+ * parallel add their outputs and look up their suffixes). Each holds a
+ * PyThread lock over its pld_corpus, taken only with the GIL released
+ * (CORPUS_LOCKED): a thread waiting for the lock never blocks the GIL, and
+ * the thread holding it calls no Python API, so they cannot deadlock. All
+ * arguments are converted, validated and copied into memory the binding
+ * owns (or a buffer export, which nobody can free meanwhile) before the
+ * lock is taken. The settings are fixed at __init__ (a second __init__ is
+ * refused), so their getters need no lock. */
+
+typedef struct {
+    PyObject_HEAD
+    pld_corpus *corpus;      /* NULL until __init__ */
+    PyThread_type_lock lock; /* guards corpus */
+    size_t max_tokens, min_n, max_n, segments;
+    uint64_t key;
+    int int_cache_ok;        /* made in the interpreter the int cache serves */
+} CorpusObject;
+
+/* Run the statement (the rest of the arguments: a block may hold commas)
+ * holding the corpus's lock, the GIL released: it must not touch Python
+ * objects or the Python API (PyMem_Raw* is fine). */
+#define CORPUS_LOCKED(self, ...)                              \
+    do {                                                      \
+        Py_BEGIN_ALLOW_THREADS                                \
+        PyThread_acquire_lock((self)->lock, WAIT_LOCK);       \
+        __VA_ARGS__;                                          \
+        PyThread_release_lock((self)->lock);                  \
+        Py_END_ALLOW_THREADS                                  \
+    } while (0)
+
+static int corpus_check(CorpusObject *self)
+{
+    if (self->corpus == NULL || self->lock == NULL) {
+        PyErr_SetString(PyExc_ValueError, "Corpus is not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+static int Corpus_init(CorpusObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"max_tokens", "min_ngram", "max_ngram", "segments", "hash_seed",
+                             NULL};
+    PyObject *max_obj = NULL, *min_obj = NULL, *maxn_obj = NULL, *seg_obj = NULL,
+             *seed_obj = Py_None;
+    size_t max_tokens = 0, min_n = 2, max_n = 4, segments = 4;
+    uint64_t seed;
+    pld_corpus *fresh;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OOOO:Corpus", kwlist, &max_obj, &min_obj,
+                                     &maxn_obj, &seg_obj, &seed_obj))
+        return -1;
+    if (parse_size(max_obj, "max_tokens", 1, (Py_ssize_t)PLD_CORPUS_MAX_TOKENS, &max_tokens) < 0)
+        return -1;
+    if (min_obj && parse_size(min_obj, "min_ngram", 1, PLD_MAX_NGRAM, &min_n) < 0)
+        return -1;
+    if (maxn_obj && parse_size(maxn_obj, "max_ngram", 1, PLD_MAX_NGRAM, &max_n) < 0)
+        return -1;
+    if (seg_obj && parse_size(seg_obj, "segments", 1, PLD_CORPUS_MAX_SEGMENTS, &segments) < 0)
+        return -1;
+    if (min_n > max_n) {
+        PyErr_Format(PyExc_ValueError, "min_ngram (%zu) must not exceed max_ngram (%zu)", min_n,
+                     max_n);
+        return -1;
+    }
+    if (seed_obj == Py_None)
+        seed = random_u64();
+    else if (parse_seed(seed_obj, "hash_seed", &seed) < 0)
+        return -1;
+    if (self->lock == NULL && (self->lock = PyThread_allocate_lock()) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    /* (checked after the conversions, which may run Python code: no other
+     * thread gets between this check and the assignment) */
+    if (self->corpus != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Corpus is already initialised");
+        return -1;
+    }
+    fresh = pld_corpus_new(max_tokens, min_n, max_n, segments, seed);
+    if (fresh == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->corpus = fresh;
+    self->max_tokens = max_tokens;
+    self->min_n = min_n;
+    self->max_n = max_n;
+    self->segments = segments;
+    self->key = seed;
+    self->int_cache_ok = int_cache != NULL && PyInterpreterState_Get() == int_cache_interp;
+    return 0;
+}
+
+static void Corpus_dealloc(CorpusObject *self)
+{
+    pld_corpus_free(self->corpus); /* no method runs: each holds a reference */
+    if (self->lock != NULL)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Corpus_add(CorpusObject *self, PyObject *tokens)
+{
+    static const char arg[] = "tokens";
+    token_input ti;
+    int64_t *owned = NULL;
+    const int64_t *data;
+    size_t i;
+    pld_status st = PLD_OK;
+    PyObject *result = NULL;
+    if (corpus_check(self) < 0)
+        return NULL;
+    if (PyLong_Check(tokens) || PyBool_Check(tokens)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of token ids, got %.100s", arg,
+                     Py_TYPE(tokens)->tp_name);
+        return NULL;
+    }
+    if (token_input_get(tokens, arg, 0, &ti) < 0)
+        return NULL;
+    if (ti.len > self->max_tokens) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: a sequence of %zu tokens is longer than the corpus's max_tokens (%zu)",
+                     arg, ti.len, self->max_tokens);
+        goto done;
+    }
+    /* int64 that nobody can free or resize meanwhile: the list's copy, a
+     * buffer export; else (int32, a DLPack view) a copy made here */
+    if (ti.is32 || !ti.gil_free_ok) {
+        owned = PyMem_Malloc((ti.len ? ti.len : 1) * sizeof(int64_t));
+        if (owned == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (i = 0; i < ti.len; i++)
+            owned[i] = token_at(&ti, i);
+        data = owned;
+    } else {
+        data = ti.data;
+    }
+    for (i = 0; i < ti.len; i++)
+        if (data[i] < 0) {
+            PyErr_Format(PyExc_ValueError,
+                         "%s: token id %lld (at position %zu) is negative: ids are >= 0", arg,
+                         (long long)data[i], i);
+            goto done;
+        }
+    CORPUS_LOCKED(self, st = pld_corpus_add(self->corpus, data, ti.len));
+    if (st != PLD_OK) {
+        raise_status(st, arg);
+        goto done;
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyMem_Free(owned);
+    token_input_release(&ti);
+    return result;
+}
+
+static PyObject *Corpus_propose_tree(CorpusObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                     PyObject *kwnames)
+{
+    static const char *const names[] = {"context", "depth", "per_ngram", "max_nodes",
+                                        "eos_token_id"};
+    PyObject *a[5], *result = NULL;
+    size_t depth = 0, per_ngram = 4, max_nodes = 64, n = 0, tlen = 0;
+    int64_t tail[PLD_MAX_NGRAM];
+    pld_tree_node *nodes = NULL;
+    opts_holder oh;
+    pld_status st = PLD_OK;
+    memset(&oh, 0, sizeof(oh));
+    if (corpus_check(self) < 0)
+        return NULL;
+    if (parse_fast_args("propose_tree", args, nargs, kwnames, names, 5, 5, a) < 0)
+        return NULL;
+    if (a[0] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "propose_tree() missing required argument 'context'");
+        return NULL;
+    }
+    if (parse_tree_opts(a + 1, "propose_tree", &depth, &per_ngram, &max_nodes, &oh) < 0 ||
+        context_tail(a[0], "context", self->max_n, tail, &tlen) < 0)
+        goto done;
+    nodes = PyMem_Malloc((max_nodes ? max_nodes : 1) * sizeof(pld_tree_node));
+    if (nodes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    CORPUS_LOCKED(self, st = pld_corpus_propose_tree(self->corpus, tail, tlen, depth, per_ngram,
+                                                     max_nodes, oh.opts.eos, oh.opts.n_eos,
+                                                     nodes, &n));
+    if (st != PLD_OK) {
+        raise_status(st, "propose_tree");
+        goto done;
+    }
+    result = tree_lists(nodes, n, self->int_cache_ok);
+done:
+    PyMem_Free(nodes);
+    opts_release(&oh);
+    return result;
+}
+
+static PyObject *Corpus_sequence(CorpusObject *self, PyObject *arg)
+{
+    size_t i = 0, len = 0, held = 0;
+    const int64_t *src;
+    int64_t *copy = NULL;
+    int nomem = 0;
+    pld_status st = PLD_OK;
+    PyObject *result;
+    if (corpus_check(self) < 0)
+        return NULL;
+    if (parse_size(arg, "i", 0, PY_SSIZE_T_MAX, &i) < 0)
+        return NULL;
+    CORPUS_LOCKED(self, {
+        held = pld_corpus_sequences(self->corpus);
+        st = pld_corpus_sequence(self->corpus, i, &src, &len);
+        if (st == PLD_OK) {
+            copy = PyMem_RawMalloc(len * sizeof(int64_t));
+            if (copy != NULL)
+                memcpy(copy, src, len * sizeof(int64_t));
+            else
+                nomem = 1;
+        }
+    });
+    if (st != PLD_OK) {
+        PyErr_Format(PyExc_IndexError, "i: sequence %zu is out of range (%zu held)", i, held);
+        return NULL;
+    }
+    if (nomem)
+        return PyErr_NoMemory();
+    result = list_from_i64(copy, len);
+    PyMem_RawFree(copy);
+    return result;
+}
+
+/* _export() -> (tokens, lengths): every held sequence, oldest first, as two
+ * bytes objects of native int64 (the tokens one after another, and each
+ * sequence's length), copied under one hold of the lock: a consistent
+ * snapshot for Corpus.save and Corpus.sequences. */
+static PyObject *Corpus_export(CorpusObject *self, PyObject *unused)
+{
+    int64_t *toks = NULL, *lens = NULL;
+    size_t total = 0, count = 0;
+    int nomem = 0;
+    PyObject *result = NULL;
+    (void)unused;
+    if (corpus_check(self) < 0)
+        return NULL;
+    CORPUS_LOCKED(self, {
+        size_t i, at = 0;
+        total = pld_corpus_tokens(self->corpus);
+        count = pld_corpus_sequences(self->corpus);
+        toks = PyMem_RawMalloc((total ? total : 1) * sizeof(int64_t));
+        lens = PyMem_RawMalloc((count ? count : 1) * sizeof(int64_t));
+        if (toks == NULL || lens == NULL) {
+            nomem = 1;
+        } else {
+            for (i = 0; i < count; i++) {
+                const int64_t *src = NULL;
+                size_t len = 0;
+                (void)pld_corpus_sequence(self->corpus, i, &src, &len);
+                memcpy(toks + at, src, len * sizeof(int64_t));
+                lens[i] = (int64_t)len;
+                at += len;
+            }
+        }
+    });
+    if (nomem)
+        PyErr_NoMemory();
+    else
+        result = Py_BuildValue("(y#y#)", (const char *)toks, (Py_ssize_t)(total * sizeof(int64_t)),
+                               (const char *)lens, (Py_ssize_t)(count * sizeof(int64_t)));
+    PyMem_RawFree(toks);
+    PyMem_RawFree(lens);
+    return result;
+}
+
+static PyObject *Corpus_clear(CorpusObject *self, PyObject *unused)
+{
+    (void)unused;
+    if (corpus_check(self) < 0)
+        return NULL;
+    CORPUS_LOCKED(self, pld_corpus_clear(self->corpus));
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t Corpus_len(CorpusObject *self)
+{
+    size_t n = 0;
+    if (corpus_check(self) < 0)
+        return -1;
+    CORPUS_LOCKED(self, n = pld_corpus_tokens(self->corpus));
+    return (Py_ssize_t)n;
+}
+
+/* The getters of state that adds change, read under the lock. */
+enum { CORPUS_SEQUENCES, CORPUS_EVICTED, CORPUS_NBYTES, CORPUS_MAX_ID, CORPUS_SEGMENTS_USED };
+
+static PyObject *Corpus_get_state(CorpusObject *self, void *which)
+{
+    const int w = (int)(intptr_t)which;
+    uint64_t u = 0;
+    int64_t id = -1;
+    if (corpus_check(self) < 0)
+        return NULL;
+    CORPUS_LOCKED(self, {
+        switch (w) {
+        case CORPUS_SEQUENCES: u = pld_corpus_sequences(self->corpus); break;
+        case CORPUS_EVICTED: u = pld_corpus_evicted(self->corpus); break;
+        case CORPUS_NBYTES: u = pld_corpus_nbytes(self->corpus); break;
+        case CORPUS_SEGMENTS_USED: u = pld_corpus_segments_used(self->corpus); break;
+        default: id = pld_corpus_max_id(self->corpus); break;
+        }
+    });
+    if (w == CORPUS_MAX_ID)
+        return PyLong_FromLongLong(id);
+    return PyLong_FromUnsignedLongLong(u);
+}
+
+/* The settings (fixed at __init__). */
+enum { CORPUS_MAX_TOKENS, CORPUS_MIN_NGRAM, CORPUS_MAX_NGRAM, CORPUS_SEGMENTS, CORPUS_HASH_SEED };
+
+static PyObject *Corpus_get_setting(CorpusObject *self, void *which)
+{
+    if (corpus_check(self) < 0)
+        return NULL;
+    switch ((int)(intptr_t)which) {
+    case CORPUS_MAX_TOKENS: return PyLong_FromSize_t(self->max_tokens);
+    case CORPUS_MIN_NGRAM: return PyLong_FromSize_t(self->min_n);
+    case CORPUS_MAX_NGRAM: return PyLong_FromSize_t(self->max_n);
+    case CORPUS_SEGMENTS: return PyLong_FromSize_t(self->segments);
+    default: return PyLong_FromUnsignedLongLong(self->key);
+    }
+}
+
+static PyObject *Corpus_repr(CorpusObject *self)
+{
+    size_t tokens = 0, seqs = 0;
+    if (self->corpus == NULL || self->lock == NULL)
+        return PyUnicode_FromString("<Corpus (uninitialised)>");
+    CORPUS_LOCKED(self, {
+        tokens = pld_corpus_tokens(self->corpus);
+        seqs = pld_corpus_sequences(self->corpus);
+    });
+    return PyUnicode_FromFormat("Corpus(max_tokens=%zu, min_ngram=%zu, max_ngram=%zu, "
+                                "segments=%zu) with %zu tokens in %zu sequences",
+                                self->max_tokens, self->min_n, self->max_n, self->segments,
+                                tokens, seqs);
+}
+
+static PyMethodDef Corpus_methods[] = {
+    {"add", (PyCFunction)Corpus_add, METH_O,
+     "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor or\n"
+     "array): ids >= 0, at most max_tokens of them; an empty one is ignored. Then, while\n"
+     "more than max_tokens tokens are held, the oldest segment is dropped."},
+    {"propose_tree", (PyCFunction)(void (*)(void))Corpus_propose_tree,
+     METH_FASTCALL | METH_KEYWORDS,
+     "propose_tree(context, depth, per_ngram=4, max_nodes=64, eos_token_id=None)\n--\n\n"
+     "The continuations, in the corpus, of the suffix n-grams of context (the caller's\n"
+     "sequence or its tail; only its last max_ngram ids are read), merged into one token\n"
+     "trie (pld.h, pld_corpus_propose_tree): for each n-gram size from the largest, each\n"
+     "segment from the newest gives its newest per_ngram occurrences; each continues for\n"
+     "at most depth tokens, within its sequence, cut before an eos id; at most max_nodes\n"
+     "nodes. Returns (tokens, parents, depths, ngrams, supports) as\n"
+     "NgramIndex.propose_tree does. The cost does not grow with the tokens held."},
+    {"sequence", (PyCFunction)Corpus_sequence, METH_O,
+     "sequence(i)\n--\n\nThe i-th sequence held, oldest first, as a list of ints."},
+    {"_export", (PyCFunction)Corpus_export, METH_NOARGS,
+     "_export()\n--\n\n(tokens, lengths): every held sequence, oldest first, as native int64\n"
+     "bytes (tokens one after another; each sequence's length), one consistent snapshot."},
+    {"clear", (PyCFunction)Corpus_clear, METH_NOARGS,
+     "clear()\n--\n\nDrop every sequence (not counted as evicted)."},
+    {NULL, NULL, 0, NULL}};
+
+#define CORPUS_GETTER(name, fn, which, doc) \
+    {name, (getter)fn, NULL, doc, (void *)(intptr_t)(which)}
+
+static PyGetSetDef Corpus_getset[] = {
+    CORPUS_GETTER("num_sequences", Corpus_get_state, CORPUS_SEQUENCES, "Sequences held."),
+    CORPUS_GETTER("evicted", Corpus_get_state, CORPUS_EVICTED,
+                  "Sequences dropped so far to keep within max_tokens (clear() drops none)."),
+    CORPUS_GETTER("nbytes", Corpus_get_state, CORPUS_NBYTES, "Heap bytes owned."),
+    CORPUS_GETTER("max_id", Corpus_get_state, CORPUS_MAX_ID,
+                  "The largest token id held; -1 when empty."),
+    CORPUS_GETTER("segments_used", Corpus_get_state, CORPUS_SEGMENTS_USED,
+                  "Segments (generations) in use."),
+    CORPUS_GETTER("max_tokens", Corpus_get_setting, CORPUS_MAX_TOKENS,
+                  "The most tokens held (separators not counted)."),
+    CORPUS_GETTER("min_ngram", Corpus_get_setting, CORPUS_MIN_NGRAM, "Smallest n-gram size."),
+    CORPUS_GETTER("max_ngram", Corpus_get_setting, CORPUS_MAX_NGRAM, "Largest n-gram size."),
+    CORPUS_GETTER("segments", Corpus_get_setting, CORPUS_SEGMENTS,
+                  "The most segments (generations) held."),
+    CORPUS_GETTER("hash_seed", Corpus_get_setting, CORPUS_HASH_SEED,
+                  "The key of the segments' hashes (random unless given)."),
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PySequenceMethods Corpus_as_sequence = {
+    .sq_length = (lenfunc)Corpus_len,
+};
+
+static PyTypeObject CorpusType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pld._core.Corpus",
+    .tp_basicsize = sizeof(CorpusObject),
+    .tp_dealloc = (destructor)Corpus_dealloc,
+    .tp_repr = (reprfunc)Corpus_repr,
+    .tp_as_sequence = &Corpus_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Corpus(max_tokens, min_ngram=2, max_ngram=4, segments=4, hash_seed=None)\n--\n\n"
+              "A bounded set of token sequences (documents, earlier outputs) to draft from,\n"
+              "with a lookup whose cost does not grow with it (pld.h, \"Corpus\"). At most\n"
+              "max_tokens tokens in at most `segments` generations; the oldest generation is\n"
+              "dropped whole when more would be held. Safe to share between threads: every\n"
+              "call holds the corpus's lock, with the GIL released.\n\n"
+              "hash_seed keys the hashes (an int in [0, 2**64)); None draws a random key.",
+    .tp_methods = Corpus_methods,
+    .tp_getset = Corpus_getset,
+    .tp_init = (initproc)Corpus_init,
     .tp_new = PyType_GenericNew,
 };
 
@@ -2011,9 +2531,13 @@ static int module_exec(PyObject *m)
     PyObject *os = NULL, *reseed = NULL, *reg = NULL, *args = NULL, *kw = NULL, *r = NULL;
     int rc = -1;
     pld_rng_seed(&state->default_rng, random_u64());
-    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&GeneratorType) < 0)
+    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&GeneratorType) < 0 ||
+        PyType_Ready(&CorpusType) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "NgramIndex", (PyObject *)&NgramIndexType) < 0 ||
+        PyModule_AddObjectRef(m, "Corpus", (PyObject *)&CorpusType) < 0 ||
+        PyModule_AddObject(m, "CORPUS_MAX_TOKENS", PyLong_FromSize_t(PLD_CORPUS_MAX_TOKENS)) < 0 ||
+        PyModule_AddIntConstant(m, "CORPUS_MAX_SEGMENTS", PLD_CORPUS_MAX_SEGMENTS) < 0 ||
         PyModule_AddObjectRef(m, "Generator", (PyObject *)&GeneratorType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_NGRAM", PLD_MAX_NGRAM) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DRAFT", PLD_MAX_DRAFT) < 0 ||

@@ -246,3 +246,137 @@ def propose_tree_reference(seq: Sequence[int], max_n: int, min_n: int, policy: s
                 supports[node] += 1
                 parent = node
     return tokens, parents, depths, ngrams, supports
+
+
+# ---------------------------------------------------------------- corpus lookup
+
+
+class _Trie:
+    """The five lists of a token trie, grown one candidate at a time as
+    pld.h's tree functions grow one (a token already a child is shared;
+    a new node is appended unless the trie is full)."""
+
+    def __init__(self, max_nodes: int, eos: Iterable[int] = (), lists=None):
+        self.max_nodes, self.eos = max_nodes, set(eos)
+        self.lists = tuple(list(x) for x in lists) if lists else ([], [], [], [], [])
+        tokens, parents = self.lists[0], self.lists[1]
+        self.children = {(parents[v], tokens[v]): v for v in range(len(tokens))}
+
+    def insert(self, cand: Sequence[int], n: int) -> None:
+        tokens, parents, depths, ngrams, supports = self.lists
+        parent = -1
+        for j, t in enumerate(cand):
+            if t in self.eos:
+                break
+            node = self.children.get((parent, t))
+            if node is None:
+                if len(tokens) >= self.max_nodes:
+                    break
+                node = len(tokens)
+                self.children[(parent, t)] = node
+                tokens.append(t)
+                parents.append(parent)
+                depths.append(j + 1)
+                ngrams.append(n)
+                supports.append(0)
+            supports[node] += 1
+            parent = node
+
+
+def _candidate_starts(seq: Sequence[int], key: Sequence[int], recent: bool, per_ngram: int) -> list:
+    """i + n for the occurrences i of key in seq with i + n < len(seq): the
+    newest per_ngram, newest first (recent), else the earliest one."""
+    n, L = len(key), len(seq)
+    occ = [i for i in range(L - n) if list(seq[i:i + n]) == list(key)]
+    chosen = occ[::-1][:per_ngram] if recent else occ[:1]
+    return [i + n for i in chosen]
+
+
+def propose_tree_after_reference(seq: Sequence[int], max_n: int, min_n: int, policy: str,
+                                 context: Sequence[int], depth: int, per_ngram: int = 4,
+                                 max_nodes: int = 64, eos: Iterable[int] = (), into=None):
+    """Reference for ``NgramIndex.propose_tree_after`` (pld.h,
+    pld_index_propose_tree_after): the continuations in ``seq`` of the
+    suffix n-grams of ``context``, for n from min(max_n, len(context)) down
+    to min_n -- the newest per_ngram occurrences ("recent") or the earliest
+    (other policies), a continuation start taken once -- merged into the
+    trie ``into`` (five lists; None: a fresh one). Returns the five lists."""
+    seq, context = [int(t) for t in seq], [int(t) for t in context]
+    trie = _Trie(max_nodes, eos, into)
+    used: set = set()
+    for n in range(min(max_n, len(context)), min_n - 1, -1):
+        for start in _candidate_starts(seq, context[len(context) - n:], policy == "recent", per_ngram):
+            if start in used:
+                continue
+            used.add(start)
+            trie.insert(seq[start:start + depth], n)
+    return trie.lists
+
+
+class ReferenceCorpus:
+    """Reference for pld.Corpus (pld.h, "Corpus"): segments as plain lists,
+    each sequence followed by -1; the same rules for starting a segment,
+    dropping the oldest and looking up."""
+
+    def __init__(self, max_tokens: int, min_ngram: int = 2, max_ngram: int = 4, segments: int = 4):
+        self.max_tokens, self.min_n, self.max_n, self.max_segments = max_tokens, min_ngram, max_ngram, segments
+        self.target = -(-max_tokens // segments)
+        self.segs: list = []  # oldest first: lists of sequences
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return sum(len(s) for seg in self.segs for s in seg)
+
+    @property
+    def num_sequences(self) -> int:
+        return sum(len(seg) for seg in self.segs)
+
+    @property
+    def max_id(self) -> int:
+        return max((max(s) for seg in self.segs for s in seg), default=-1)
+
+    def sequences(self) -> list:
+        return [list(s) for seg in self.segs for s in seg]
+
+    def clear(self) -> None:
+        self.segs = []
+
+    def _drop_oldest(self) -> None:
+        self.evicted += len(self.segs.pop(0))
+
+    def add(self, tokens: Sequence[int]) -> None:
+        tokens = [int(t) for t in tokens]
+        if len(tokens) > self.max_tokens or any(t < 0 for t in tokens):
+            raise ValueError("tokens")
+        if not tokens:
+            return
+        newest = sum(len(s) for s in self.segs[-1]) if self.segs else None
+        if newest is None or newest >= self.target or newest + len(tokens) > self.max_tokens:
+            if len(self.segs) == self.max_segments:
+                self._drop_oldest()
+            self.segs.append([])
+        self.segs[-1].append(tokens)
+        while len(self) > self.max_tokens and len(self.segs) > 1:
+            self._drop_oldest()
+
+    def propose_tree(self, context: Sequence[int], depth: int, per_ngram: int = 4, max_nodes: int = 64,
+                     eos_token_id=None):
+        context = [int(t) for t in context]
+        trie = _Trie(max_nodes, _eos_tuple(eos_token_id))
+        top = 0  # the longest suffix without a negative id, at most max_n
+        while top < min(self.max_n, len(context)) and context[len(context) - 1 - top] >= 0:
+            top += 1
+        flat = [[t for s in seg for t in s + [-1]] for seg in self.segs]
+        used = [set() for _ in flat]
+        for n in range(top, self.min_n - 1, -1):
+            key = context[len(context) - n:]
+            for j in range(len(flat) - 1, -1, -1):
+                for start in _candidate_starts(flat[j], key, True, per_ngram):
+                    if start in used[j]:
+                        continue
+                    used[j].add(start)
+                    cand = flat[j][start:start + depth]
+                    if -1 in cand:
+                        cand = cand[:cand.index(-1)]
+                    trie.insert(cand, n)
+        return trie.lists

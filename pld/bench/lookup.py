@@ -30,6 +30,18 @@ For each stream (real tokenized text, random ids) and context length L:
 
 pld's indexes use hash seed --seed (default 0), so a run is reproducible.
 
+With --corpus, the corpus lookup instead (and only it): pld.Corpus over
+--corpus-sizes tokens (default 1k, 10k, 100k, 1M, 10M) of a text-like
+synthetic stream (corpus_stream: Zipf-distributed ids over a 49k
+vocabulary, a third of the tokens from a bank of repeated phrases, in
+sequences of 64-1023 tokens; fixed seed), max_tokens = the size, 4
+segments, n-grams 2..4. A cell is the median time of --corpus-calls
+propose_tree(context, 8, per_ngram=4, max_nodes=64) calls, each context the
+8 tokens before a random position of a random held sequence (so matches
+exist), timed one by one; with the build time, bytes per token held
+(nbytes / tokens) and the mean trie size. Writes corpus.md and
+corpus.json into --out.
+
 One-shot methods run on the contexts stream[:L + s] for a few offsets s
 (the same contexts the indexes pass through), in timed batches, until
 --repeats batches or --budget seconds (at least 3 calls); the cell is the
@@ -85,6 +97,7 @@ IDX_OUT = IDX_FIRST + ", out=buffer"
 M_TREE = "pld.NgramIndex[recent].propose_tree + 2 guesses"
 M_PREV = "compared build: NgramIndex[first]"
 M_PREV_OUT = M_PREV + ", out=buffer"
+CORPUS_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -123,6 +136,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="hash seed of pld's indexes (default 0: a reproducible layout)")
     p.add_argument("--out", default=os.path.join("bench-out", "lookup"),
                    help="output directory (default bench-out/lookup)")
+    p.add_argument("--corpus", action="store_true",
+                   help="run the corpus lookup table instead (pld.Corpus.propose_tree per corpus "
+                   "size; see above)")
+    p.add_argument("--corpus-sizes", type=str, default=None,
+                   help="comma-separated corpus sizes in tokens (default %s)"
+                   % ",".join(map(str, CORPUS_SIZES)))
+    p.add_argument("--corpus-calls", type=int, default=3000,
+                   help="timed propose_tree calls per corpus size (default 3000)")
 
 
 def load_build(path: str):
@@ -595,6 +616,8 @@ def run(args: argparse.Namespace) -> int:
     """`python -m pld bench lookup`: time every method per stream and
     context length, print the report and write table.md, results.json and
     lookup.png into --out. Returns 0, or 2 on bad --sizes/--steps/--segment/--batch."""
+    if getattr(args, "corpus", False):
+        return run_corpus(args)
     plan = _plan(args)
     if plan is None:
         return 2
@@ -930,3 +953,131 @@ def _write_outputs(out: str, info: Dict, elapsed: float, results: Dict, crit: Li
     if note:
         print(note)
     print(f"wrote {out}/table.md, results.json" + ("" if note else ", lookup.png"))
+
+
+# ------------------------------------------------------------------ corpus
+
+def corpus_stream(n_tokens: int, seed: int = 0, vocab: int = 49152) -> List[np.ndarray]:
+    """Sequences (int64 arrays of 64..1023 tokens, the last cut to fit) of
+    n_tokens text-like ids in all, the same for the same arguments:
+    Zipf-distributed ids (exponent 1.1, ranks shuffled over the vocabulary),
+    about a third of them overwritten by phrases of 4..24 tokens drawn
+    (Zipf again) from a bank of 20,000, as text repeats its phrases."""
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(vocab)
+
+    def zipf(n: int) -> np.ndarray:
+        return perm[(rng.zipf(1.1, n) - 1) % vocab].astype(np.int64)
+
+    stream = zipf(n_tokens)
+    bank_lens = rng.integers(4, 25, 20_000)
+    bank = np.split(zipf(int(bank_lens.sum())), np.cumsum(bank_lens)[:-1])
+    pos = 0
+    gaps = rng.integers(0, 48, n_tokens // 24 + 1)
+    picks = (rng.zipf(1.2, gaps.size) - 1) % len(bank)
+    for gap, pick in zip(gaps.tolist(), picks.tolist()):
+        pos += gap
+        phrase = bank[pick]
+        if pos + phrase.size > n_tokens:
+            break
+        stream[pos:pos + phrase.size] = phrase
+        pos += phrase.size
+    lens = rng.integers(64, 1024, n_tokens // 64 + 2)
+    cuts = np.cumsum(lens)
+    cuts = cuts[cuts < n_tokens]
+    return [s for s in np.split(stream, cuts) if s.size]
+
+
+def time_corpus(size: int, calls: int, seed: int = 0) -> Dict:
+    """One row of the corpus table: a pld.Corpus of `size` tokens (see
+    corpus_stream), built untimed but for the build's wall time, then
+    `calls` propose_tree calls timed one by one (gc off)."""
+    from ..corpus import Corpus
+
+    seqs = corpus_stream(size, seed)
+    corpus = Corpus(size, min_ngram=2, max_ngram=4, segments=4, hash_seed=seed)
+    t0 = time.perf_counter()
+    for s in seqs:
+        corpus.add(s)
+    build = time.perf_counter() - t0
+    rng = np.random.default_rng(seed + 1)
+    held = corpus.sequences() if size <= 1_000_000 else [s.tolist() for s in seqs[-2000:]]
+    contexts = []
+    for _ in range(calls):
+        s = held[int(rng.integers(len(held)))]
+        at = int(rng.integers(min(8, len(s)), len(s) + 1))
+        contexts.append(s[max(0, at - 8):at])
+    propose = corpus.propose_tree
+    times, nodes = [], 0
+    for ctx in contexts[:50]:  # warm-up
+        propose(ctx, 8, per_ngram=4, max_nodes=64)
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for ctx in contexts:
+            t = time.perf_counter_ns()
+            tree = propose(ctx, 8, per_ngram=4, max_nodes=64)
+            times.append(time.perf_counter_ns() - t)
+            nodes += len(tree[0])
+    finally:
+        if gc_was:
+            gc.enable()
+    times.sort()
+    return {"size": size, "tokens": len(corpus), "sequences": corpus.num_sequences,
+            "segments_used": corpus._core.segments_used, "build_s": build,
+            "us_median": times[len(times) // 2] / 1e3, "us_p90": times[int(len(times) * 0.9)] / 1e3,
+            "mean_nodes": nodes / len(contexts), "nbytes": corpus.nbytes,
+            "bytes_per_token": corpus.bytes_per_token, "calls": len(contexts)}
+
+
+def corpus_table(rows: Sequence[Dict]) -> str:
+    """The corpus rows as a markdown table."""
+    md = ["| corpus tokens | sequences | build (s) | propose_tree median (us) | p90 (us) | "
+          "nodes (mean) | MB | bytes/token |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['tokens']:,} | {r['sequences']:,} | {r['build_s']:.2f} | "
+                  f"{r['us_median']:.2f} | {r['us_p90']:.2f} | {r['mean_nodes']:.1f} | "
+                  f"{r['nbytes'] / 1e6:.1f} | {r['bytes_per_token']:.1f} |")
+    return "\n".join(md) + "\n"
+
+
+def run_corpus(args: argparse.Namespace) -> int:
+    """`python -m pld bench lookup --corpus`: the corpus lookup table (see the
+    module's docstring); prints it and writes corpus.md and corpus.json into
+    --out. Returns 0, or 2 on bad --corpus-sizes/--corpus-calls."""
+    try:
+        sizes = sorted({int(x) for x in (args.corpus_sizes or "").replace(" ", "").split(",") if x}) \
+            if args.corpus_sizes else list(CORPUS_SIZES)
+    except ValueError:
+        sizes = []
+    if not sizes or sizes[0] < 100 or args.corpus_calls < 1:
+        print("--corpus-sizes: sizes >= 100 (comma-separated); --corpus-calls >= 1", file=sys.stderr)
+        return 2
+    os.makedirs(args.out, exist_ok=True)
+    info = {"machine": machine_info(), "versions": versions(),
+            "config": {"sizes": sizes, "calls": args.corpus_calls, "seed": args.seed,
+                       "depth": 8, "per_ngram": 4, "max_nodes": 64, "ngrams": [2, 4],
+                       "segments": 4}}
+    m = info["machine"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, load avg {m.get('loadavg_at_start')}")
+    rows = []
+    for size in sizes:
+        row = time_corpus(size, args.corpus_calls, args.seed)
+        rows.append(row)
+        print(f"corpus {size:,} tokens: {row['us_median']:.2f} us per propose_tree, "
+              f"{row['bytes_per_token']:.1f} bytes/token, built in {row['build_s']:.2f} s")
+        gc.collect()
+    text = ("# pld corpus lookup\n\n"
+            f"- machine: {m['cpu']}, {m['cores']} cores (load avg at start {m.get('loadavg_at_start')})\n"
+            "- pld.Corpus(max_tokens=size, segments=4, n-grams 2..4) over a text-like stream "
+            "(corpus_stream: Zipf ids over 49k, repeated phrases, sequences of 64-1023 tokens); "
+            "propose_tree(8 context tokens, depth=8, per_ngram=4, max_nodes=64), each call timed, "
+            f"median of {args.corpus_calls}\n\n" + corpus_table(rows))
+    print()
+    print(text)
+    with open(os.path.join(args.out, "corpus.md"), "w") as f:
+        f.write(text)
+    with open(os.path.join(args.out, "corpus.json"), "w") as f:
+        json.dump({**info, "rows": rows}, f, indent=2)
+    print(f"wrote {args.out}/corpus.md, corpus.json")
+    return 0

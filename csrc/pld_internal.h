@@ -1,0 +1,48 @@
+/*
+ * pld_internal.h -- what the core's files share beyond pld.h. Not part of
+ * the API: no caller outside csrc/pld_*.c uses these.
+ */
+#ifndef PLD_INTERNAL_H
+#define PLD_INTERNAL_H
+
+#include "pld.h"
+
+/* A token trie being built by one propose_tree call (pld.h, "Token
+ * tree"): nodes[0..n_nodes) in creation order, at most max_nodes. */
+typedef struct {
+    pld_tree_node *nodes;
+    size_t n_nodes, max_nodes;
+    int32_t root_first;   /* the root's first child; -1: none */
+    const int64_t *eos;   /* candidates are cut before these */
+    size_t n_eos;
+} pld_trie;
+
+/* Start a trie on out[0..n_nodes), nodes already there kept (n_nodes 0: a
+ * fresh one). PLD_ERR_ARG if n_nodes > max_nodes or out[0..n_nodes) is not
+ * a trie as pld_trie_insert writes one (each parent before its node, each
+ * first child and next sibling after it): then t is a fresh, empty trie on
+ * out. */
+pld_status pld_trie_open(pld_trie *t, pld_tree_node *out, size_t n_nodes, size_t max_nodes,
+                         const int64_t *eos, size_t n_eos);
+
+/* Merge the candidate tokens[0..count), found by an n-gram of size n,
+ * into the trie: it is cut before its first eos id; a token already a
+ * child of the current node is shared, another becomes a new node (ngram
+ * n, appended after its siblings) unless the trie is full, which ends the
+ * candidate. Every node on its inserted path counts it in support. */
+void pld_trie_insert(pld_trie *t, const int64_t *tokens, size_t count, uint32_t n);
+
+/* The continuation starts i + n of the occurrences i of key[0..n) in the
+ * index's sequence with i + n < len, into starts[0..): under RECENT the
+ * newest `max` of them, newest first; under FIRST and FREQUENT the
+ * earliest one (at most one). Returns their number. Requires
+ * min_n <= n <= max_n and max >= 1. O(n + max). */
+size_t pld_index_continuations(const pld_index *index, const int64_t *key, size_t n,
+                               size_t max, size_t *starts);
+
+/* Trim the sequence's arrays to its length (nothing else changes; on a
+ * failed reallocation they simply stay as they are). A later extend grows
+ * them again. */
+void pld_index_shrink_to_fit(pld_index *index);
+
+#endif /* PLD_INTERNAL_H */

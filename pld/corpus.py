@@ -1,0 +1,508 @@
+"""pld.Corpus: token sequences to draft from beyond the row.
+
+A corpus holds documents a user adds and the outputs of earlier
+generations, and proposes their continuations of a row's suffix n-gram as
+a token trie. The C core (csrc/pld.h, "Corpus") keeps at most
+``max_tokens`` tokens in at most ``segments`` generations, each an n-gram
+index; when more would be held, the oldest generation is dropped whole. A
+lookup asks every generation for its newest few occurrences of each suffix
+n-gram, so its cost does not grow with the tokens held (bench: ``python -m
+pld bench lookup --corpus``). Memory: about 60-130 bytes a token held
+(pld.h states the bound).
+
+One corpus may serve several threads at once: the core takes a lock per
+corpus around every call (with the GIL released), and this class guards
+its own state (the model it is bound to, saving) with another.
+
+Token ids carry no tokenizer: a corpus built with one tokenizer and used
+with another would draft nonsense. :meth:`Corpus.bind` (the generation loop
+calls it with the model's vocabulary size and special ids) records the
+first model and refuses another, and refuses ids beyond the vocabulary;
+a different tokenizer with the same vocabulary size and special ids cannot
+be told from ids alone -- give a ``fingerprint`` (:func:`tokenizer_fingerprint`)
+and :meth:`Corpus.check_fingerprint` to tell them apart.
+
+File format (:meth:`Corpus.save`, :meth:`Corpus.load`), little-endian:
+
+    offset 0   magic b"PLDCORP\\0" (8 bytes)
+           8   version, uint32 (1)
+          12   header length H, uint32 (at most 1 MiB)
+          16   header: H bytes of UTF-8 JSON, an object with
+                 max_tokens, min_ngram, max_ngram, segments   the settings
+                 n_sequences, n_tokens, token_bytes (4 or 8)  what follows
+                 segments_used, evicted                       the state
+                 vocab_size, signature, fingerprint           the binding (null: none)
+      16 + H   n_sequences lengths, uint32, oldest sequence first
+               n_tokens ids, int32 (token_bytes 4: every id < 2**31) or int64
+      end - 32 SHA-256 of every byte before it
+
+Loading re-adds the sequences in order, which rebuilds the same
+generations, so a loaded corpus proposes what the saved one did.
+"""
+from __future__ import annotations
+
+import array
+import hashlib
+import json
+import operator
+import os
+import struct
+import sys
+import tempfile
+import threading
+from typing import Any, List, Optional, Tuple
+
+from . import _core
+
+__all__ = ["Corpus", "tokenizer_fingerprint", "MAGIC", "VERSION"]
+
+MAGIC = b"PLDCORP\x00"
+VERSION = 1
+_PREFIX = struct.Struct("<8sII")  # magic, version, header length
+_DIGEST = hashlib.sha256().digest_size
+_MAX_HEADER = 1 << 20
+_MAX_FILE = _PREFIX.size + _MAX_HEADER + 12 * _core.CORPUS_MAX_TOKENS + _DIGEST
+_BIG_ENDIAN = sys.byteorder == "big"
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """The SHA-256 (hex) of a tokenizer's vocabulary: its (token, id) items,
+    sorted, as JSON. ``tokenizer`` is anything with ``get_vocab()`` (a
+    transformers tokenizer: added and special tokens included) or a
+    mapping of token to id. Two tokenizers with the same fingerprint map
+    the same strings to the same ids."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else tokenizer
+    try:
+        items = sorted((str(token), int(i)) for token, i in dict(vocab).items())
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"tokenizer: expected a tokenizer with get_vocab() or a mapping of token "
+                        f"to id, got {type(tokenizer).__name__}") from e
+    text = json.dumps(items, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
+    """value as an int in [lo, hi] (anything with __index__; bool and float
+    are not ints here)."""
+    if isinstance(value, (bool, float)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
+    return int(value)
+
+
+def _signature(value: Any, name: str = "signature") -> Tuple:
+    """A model signature as nested tuples of None, bool, int and str (what
+    JSON keeps); lists become tuples."""
+    def norm(v: Any) -> Any:
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, int):
+            return int(v)
+        if isinstance(v, (tuple, list)):
+            return tuple(norm(x) for x in v)
+        try:
+            return operator.index(v)  # NumPy / torch integers
+        except TypeError:
+            raise TypeError(f"{name}: expected a tuple of ints, None, strings or tuples of them, "
+                            f"got an item of type {type(v).__name__}") from None
+
+    if not isinstance(value, (tuple, list)):
+        raise TypeError(f"{name}: expected a tuple, got {type(value).__name__}")
+    return norm(value)
+
+
+def _on_cpu(tokens: Any, tail: Optional[int] = None) -> Any:
+    """A tensor on an accelerator, copied to the CPU (only its last `tail`
+    ids when given); anything else as it is."""
+    device = getattr(tokens, "device", None)
+    if device is not None and getattr(device, "type", "cpu") != "cpu":
+        if tail is not None and getattr(tokens, "ndim", 1) == 1 and tokens.shape[0] > tail:
+            tokens = tokens[-tail:]
+        return tokens.cpu()
+    return tokens
+
+
+class Corpus:
+    """A bounded, thread-safe set of token sequences to draft from (see the
+    module's docstring).
+
+    ``max_tokens``: the most tokens held (at most ``pld._core.CORPUS_MAX_TOKENS``);
+    ``min_ngram``..``max_ngram``: the suffix n-gram sizes looked up;
+    ``segments``: the generations (1..64) the tokens are spread over -- the
+    oldest goes whole when the corpus is full, so more segments evict in
+    smaller steps, at the cost of a lookup per segment; ``fingerprint``: the
+    tokenizer's (:func:`tokenizer_fingerprint`), kept and saved;
+    ``hash_seed``: the key of the n-gram hashes (None: random; proposals
+    never depend on it)."""
+
+    def __init__(self, max_tokens: int = 1 << 24, *, min_ngram: int = 2, max_ngram: int = 4,
+                 segments: int = 4, fingerprint: Optional[str] = None,
+                 hash_seed: Optional[int] = None) -> None:
+        max_tokens = _int_arg("max_tokens", max_tokens, 1, _core.CORPUS_MAX_TOKENS)
+        min_ngram = _int_arg("min_ngram", min_ngram, 1, _core.MAX_NGRAM)
+        max_ngram = _int_arg("max_ngram", max_ngram, 1, _core.MAX_NGRAM)
+        segments = _int_arg("segments", segments, 1, _core.CORPUS_MAX_SEGMENTS)
+        if min_ngram > max_ngram:
+            raise ValueError(f"min_ngram ({min_ngram}) must not exceed max_ngram ({max_ngram})")
+        if fingerprint is not None and not isinstance(fingerprint, str):
+            raise TypeError(f"fingerprint must be a str or None, got {type(fingerprint).__name__}")
+        if hash_seed is not None:
+            hash_seed = _int_arg("hash_seed", hash_seed, 0, (1 << 64) - 1)
+        self._core = _core.Corpus(max_tokens, min_ngram, max_ngram, segments, hash_seed)
+        self._lock = threading.Lock()  # the binding, the fingerprint, the evicted base
+        self._vocab_size: Optional[int] = None
+        self._signature: Optional[Tuple] = None
+        self._fingerprint = fingerprint
+        self._evicted_base = 0  # sequences evicted before a save, for a loaded corpus
+
+    # ------------------------------------------------------------ contents
+
+    def add(self, tokens: Any) -> None:
+        """Add one sequence: a list or tuple of ints, or a 1-D integer tensor
+        or array (read without a copy where it can be; a tensor on an
+        accelerator is copied to the CPU). Ids must be >= 0; at most
+        ``max_tokens`` of them; an empty sequence is ignored. The oldest
+        generation goes while more than ``max_tokens`` tokens are held."""
+        self._core.add(_on_cpu(tokens))
+
+    def propose_tree(self, context: Any, depth: int, *, per_ngram: int = 4, max_nodes: int = 64,
+                     eos_token_id: Any = None) -> Tuple[List[int], List[int], List[int], List[int], List[int]]:
+        """The continuations of ``context``'s suffix n-grams (the caller's
+        sequence, or its last ``max_ngram`` ids) in the corpus, as one token
+        trie: (tokens, parents, depths, ngrams, supports), one entry a node,
+        parents first (parent -1: a child of the root, context's last
+        token). For each n from the largest, each generation from the newest
+        gives its newest ``per_ngram`` occurrences; each continues for at
+        most ``depth`` tokens within its sequence, cut before an
+        ``eos_token_id``; at most ``max_nodes`` nodes."""
+        return self._core.propose_tree(_on_cpu(context, self._core.max_ngram), depth, per_ngram,
+                                       max_nodes, eos_token_id)
+
+    def sequences(self) -> List[List[int]]:
+        """Every sequence held, oldest first (one consistent snapshot)."""
+        tokens, lengths = self._snapshot()
+        out, at = [], 0
+        for n in lengths:
+            out.append(tokens[at:at + n].tolist())
+            at += n
+        return out
+
+    def clear(self) -> None:
+        """Drop every sequence (they do not count as evicted); the settings
+        and the binding stay."""
+        self._core.clear()
+
+    def __len__(self) -> int:
+        """Tokens held (separators not counted)."""
+        return len(self._core)
+
+    def __repr__(self) -> str:
+        return (f"pld.Corpus(max_tokens={self.max_tokens}, min_ngram={self.min_ngram}, "
+                f"max_ngram={self.max_ngram}, segments={self.segments}) with {len(self)} tokens "
+                f"in {self.num_sequences} sequences")
+
+    @property
+    def num_sequences(self) -> int:
+        return self._core.num_sequences
+
+    @property
+    def evicted(self) -> int:
+        """Sequences dropped so far to stay within ``max_tokens`` (those of
+        the corpus a loaded one was saved from included)."""
+        with self._lock:
+            base = self._evicted_base
+        return base + self._core.evicted
+
+    @property
+    def nbytes(self) -> int:
+        """Heap bytes the C core owns."""
+        return self._core.nbytes
+
+    @property
+    def bytes_per_token(self) -> Optional[float]:
+        """nbytes per token held; None when empty."""
+        n = len(self)
+        return self.nbytes / n if n else None
+
+    @property
+    def max_id(self) -> int:
+        """The largest id held; -1 when empty."""
+        return self._core.max_id
+
+    max_tokens = property(lambda self: self._core.max_tokens, doc="The most tokens held.")
+    min_ngram = property(lambda self: self._core.min_ngram, doc="The smallest n-gram looked up.")
+    max_ngram = property(lambda self: self._core.max_ngram, doc="The largest n-gram looked up.")
+    segments = property(lambda self: self._core.segments, doc="The most generations held.")
+    hash_seed = property(lambda self: self._core.hash_seed, doc="The key of the n-gram hashes.")
+
+    @property
+    def fingerprint(self) -> Optional[str]:
+        return self._fingerprint
+
+    @property
+    def signature(self) -> Optional[Tuple]:
+        """The signature of the model the corpus is bound to (None: none yet)."""
+        return self._signature
+
+    @property
+    def vocab_size(self) -> Optional[int]:
+        return self._vocab_size
+
+    # ------------------------------------------------------------- binding
+
+    def bind(self, vocab_size: int, signature: Tuple) -> None:
+        """Check the corpus against a model: ``vocab_size`` ids, and
+        ``signature`` (e.g. (vocab_size, bos, eos, pad) from the model's
+        config). The first call records them; a later one with another
+        signature raises ValueError (another tokenizer?), and every call
+        raises ValueError if an id held is >= vocab_size. Ids alone cannot
+        tell apart two tokenizers with the same vocabulary size and special
+        ids: see :meth:`check_fingerprint`."""
+        vocab_size = _int_arg("vocab_size", vocab_size, 1, (1 << 63) - 1)
+        signature = _signature(signature)
+        with self._lock:
+            if self._signature is not None and signature != self._signature:
+                raise ValueError(f"corpus: built for a model with signature {self._signature!r} "
+                                 f"(vocab_size {self._vocab_size}), used with {signature!r} "
+                                 f"(vocab_size {vocab_size}): another tokenizer?")
+            top = self._core.max_id
+            if top >= vocab_size:
+                raise ValueError(f"corpus: holds token id {top}, beyond the model's vocabulary of "
+                                 f"{vocab_size} ids: built with another tokenizer?")
+            if self._signature is None:
+                self._signature, self._vocab_size = signature, vocab_size
+
+    def check_fingerprint(self, fingerprint: str) -> None:
+        """Compare a tokenizer's fingerprint (:func:`tokenizer_fingerprint`)
+        with the corpus's: ValueError if they differ. A corpus without one
+        takes this one."""
+        if not isinstance(fingerprint, str):
+            raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}")
+        with self._lock:
+            if self._fingerprint is None:
+                self._fingerprint = fingerprint
+            elif fingerprint != self._fingerprint:
+                raise ValueError(f"corpus: built with the tokenizer of fingerprint "
+                                 f"{self._fingerprint[:16]}..., used with {fingerprint[:16]}...: "
+                                 "another tokenizer?")
+
+    # ----------------------------------------------------------- save/load
+
+    def _snapshot(self) -> Tuple[array.array, array.array]:
+        """(tokens, lengths) as int64 arrays, from one hold of the core's lock."""
+        raw_tokens, raw_lengths = self._core._export()
+        tokens, lengths = array.array("q"), array.array("q")
+        tokens.frombytes(raw_tokens)
+        lengths.frombytes(raw_lengths)
+        return tokens, lengths
+
+    def save(self, path: Any) -> None:
+        """Write the corpus to ``path`` (format: the module's docstring),
+        atomically: a temporary file in the same folder, then os.replace."""
+        path = os.fspath(path)
+        with self._lock:
+            tokens, lengths = self._snapshot()
+            header = {
+                "max_tokens": self.max_tokens, "min_ngram": self.min_ngram,
+                "max_ngram": self.max_ngram, "segments": self.segments,
+                "n_sequences": len(lengths), "n_tokens": len(tokens),
+                "segments_used": None, "evicted": self._evicted_base + self._core.evicted,
+                "vocab_size": self._vocab_size, "signature": self._signature,
+                "fingerprint": self._fingerprint,
+            }
+        top = _max(tokens)
+        header["token_bytes"] = 4 if top < (1 << 31) else 8
+        header["segments_used"] = _segments_used(lengths, self.max_tokens, self.segments)
+        head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        digest = hashlib.sha256()
+        parts = [_PREFIX.pack(MAGIC, VERSION, len(head)), head, _pack(lengths, 4, signed=False),
+                 _pack(tokens, header["token_bytes"], signed=True)]
+        for p in parts:
+            digest.update(p)
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for p in parts:
+                    f.write(p)
+                f.write(digest.digest())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    @classmethod
+    def load(cls, path: Any, *, hash_seed: Optional[int] = None) -> "Corpus":
+        """A corpus read from a file :meth:`save` wrote. ValueError, naming
+        the file and what is wrong, for anything but such a file: a wrong
+        magic or version, a bad checksum, a truncated file, sizes that do
+        not add up, negative ids, settings or lengths beyond the limits.
+        Nothing is allocated beyond the file's own size."""
+        path = os.fspath(path)
+
+        def bad(what: str) -> ValueError:
+            return ValueError(f"corpus file {path!r}: {what}")
+
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > _MAX_FILE:
+                raise bad(f"{size} bytes, more than any corpus file can hold")
+            data = f.read()
+        if len(data) != size:
+            raise bad(f"read {len(data)} bytes of {size}")
+        if size < _PREFIX.size + _DIGEST:
+            raise bad(f"truncated: {size} bytes")
+        magic, version, hlen = _PREFIX.unpack_from(data, 0)
+        if magic != MAGIC:
+            raise bad("not a pld corpus file (wrong magic)")
+        if version != VERSION:
+            raise bad(f"unsupported version {version} (this pld reads version {VERSION})")
+        if hlen > _MAX_HEADER or _PREFIX.size + hlen + _DIGEST > size:
+            raise bad(f"header length {hlen} runs past the end of the file ({size} bytes): truncated?")
+        if hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
+            raise bad("checksum mismatch: the file is corrupt or truncated")
+        try:
+            header = json.loads(data[_PREFIX.size:_PREFIX.size + hlen].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise bad(f"unreadable header ({e})") from None
+        if not isinstance(header, dict):
+            raise bad("the header is not a JSON object")
+        h = _Header(header, bad)
+        max_tokens = h.int("max_tokens", 1, _core.CORPUS_MAX_TOKENS)
+        min_ngram = h.int("min_ngram", 1, _core.MAX_NGRAM)
+        max_ngram = h.int("max_ngram", min_ngram, _core.MAX_NGRAM)
+        segments = h.int("segments", 1, _core.CORPUS_MAX_SEGMENTS)
+        n_seq = h.int("n_sequences", 0, max_tokens)
+        n_tok = h.int("n_tokens", n_seq, max_tokens)
+        tb = h.int("token_bytes", 4, 8)
+        if tb not in (4, 8):
+            raise bad(f"token_bytes must be 4 or 8, got {tb}")
+        used = h.int("segments_used", 0, segments)
+        evicted = h.int("evicted", 0, (1 << 64) - 1)
+        vocab = header.get("vocab_size")
+        if vocab is not None:
+            vocab = h.int("vocab_size", 1, (1 << 63) - 1)
+        sig = header.get("signature")
+        try:
+            sig = None if sig is None else _signature(sig)
+        except TypeError as e:
+            raise bad(f"bad signature ({e})") from None
+        if (sig is None) != (vocab is None):
+            raise bad("signature and vocab_size must be given together")
+        fp = header.get("fingerprint")
+        if fp is not None and not isinstance(fp, str):
+            raise bad("fingerprint must be a string or null")
+        body = _PREFIX.size + hlen
+        want = body + 4 * n_seq + tb * n_tok + _DIGEST
+        if want != size:
+            raise bad(f"sizes do not add up: the header says {n_seq} sequences and {n_tok} "
+                      f"tokens of {tb} bytes ({want} bytes in all), the file has {size}")
+        lengths = array.array(_typecode(4, signed=False))
+        lengths.frombytes(data[body:body + 4 * n_seq])
+        tokens = array.array(_typecode(tb, signed=True))
+        tokens.frombytes(data[body + 4 * n_seq:size - _DIGEST])
+        del data
+        if _BIG_ENDIAN:
+            lengths.byteswap()
+            tokens.byteswap()
+        if any(n < 1 or n > max_tokens for n in lengths):
+            raise bad("a sequence length is 0 or beyond max_tokens")
+        if sum(lengths) != n_tok:
+            raise bad(f"the sequence lengths add up to {sum(lengths)} tokens, the header says {n_tok}")
+        if n_tok and _min(tokens) < 0:
+            raise bad(f"negative token id {_min(tokens)}")
+        top = _max(tokens)
+        if vocab is not None and top >= vocab:
+            raise bad(f"token id {top} is beyond the vocabulary of {vocab} ids it is bound to")
+        if _segments_used(lengths, max_tokens, segments) != used:
+            raise bad("the sequences do not make the segments the header says")
+        corpus = cls(max_tokens, min_ngram=min_ngram, max_ngram=max_ngram, segments=segments,
+                     fingerprint=fp, hash_seed=hash_seed)
+        view, at = memoryview(tokens), 0
+        for n in lengths:
+            corpus._core.add(view[at:at + n])
+            at += n
+        if len(corpus) != n_tok or corpus.num_sequences != n_seq or corpus._core.segments_used != used:
+            raise bad("the sequences do not fit the corpus's bounds")
+        corpus._evicted_base = evicted
+        corpus._signature, corpus._vocab_size = sig, vocab
+        return corpus
+
+
+class _Header:
+    """Typed reads of a loaded header's fields, refusals naming the file."""
+
+    def __init__(self, header: dict, bad) -> None:
+        self.header, self.bad = header, bad
+
+    def int(self, name: str, lo: int, hi: int) -> int:
+        if name not in self.header:
+            raise self.bad(f"the header has no {name}")
+        v = self.header[name]
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise self.bad(f"{name} must be an integer, got {v!r}")
+        if not lo <= v <= hi:
+            raise self.bad(f"{name} = {v} is outside [{lo}, {hi}]")
+        return v
+
+
+def _typecode(size: int, signed: bool) -> str:
+    """The array typecode of integers of `size` bytes."""
+    for code in ("bhilq" if signed else "BHILQ"):
+        if array.array(code).itemsize == size:
+            return code
+    raise RuntimeError(f"no array typecode of {size} bytes")
+
+
+def _pack(a: array.array, size: int, signed: bool) -> bytes:
+    """An int64 array as little-endian integers of `size` bytes (the values fit)."""
+    try:
+        import numpy as np
+    except ImportError:
+        out = array.array(_typecode(size, signed), a)
+        if _BIG_ENDIAN:
+            out.byteswap()
+        return out.tobytes()
+    kind = "i" if signed else "u"
+    return np.frombuffer(a, dtype=np.int64).astype(f"<{kind}{size}").tobytes()
+
+
+def _max(a: array.array) -> int:
+    if not len(a):
+        return -1
+    try:
+        import numpy as np
+    except ImportError:
+        return max(a)
+    return int(np.frombuffer(a, dtype=np.dtype(a.typecode)).max())
+
+
+def _min(a: array.array) -> int:
+    try:
+        import numpy as np
+    except ImportError:
+        return min(a)
+    return int(np.frombuffer(a, dtype=np.dtype(a.typecode)).min())
+
+
+def _segments_used(lengths, max_tokens: int, segments: int) -> int:
+    """The segments the C core makes of these sequences, added in order to
+    an empty corpus (pld.h: a new one when there is none, the newest holds
+    >= ceil(max_tokens / segments) tokens, or would pass max_tokens)."""
+    target = -(-max_tokens // segments)
+    used, newest = 0, 0
+    for n in lengths:
+        if used == 0 or newest >= target or newest + n > max_tokens:
+            used, newest = used + 1, 0
+        newest += n
+    return used
