@@ -20,6 +20,7 @@ _LAZY = {
     "enable": "hf", "disable": "hf", "enabled": "hf", "is_enabled": "hf",
     "PromptLookupCandidateGenerator": "hf",
     "generate": "generate", "Generation": "generate",
+    "Corpus": "corpus", "tokenizer_fingerprint": "corpus",
 }
 
 
@@ -34,6 +35,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Corpus",
     "Generation",
     "PromptLookupCandidateGenerator",
     "disable",
@@ -41,6 +43,7 @@ __all__ = [
     "enabled",
     "generate",
     "is_enabled",
+    "tokenizer_fingerprint",
     "POLICIES",
     "SEMANTICS",
     "Generator",

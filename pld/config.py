@@ -118,6 +118,17 @@ def _sources(value: Any) -> Optional[Tuple[str, ...]]:
     return names
 
 
+def _check_corpus(corpus: Any, sources: Optional[Tuple[str, ...]]) -> None:
+    """None or a pld.Corpus; the "corpus" source needs one."""
+    if corpus is not None:
+        from .corpus import Corpus
+
+        if not isinstance(corpus, Corpus):
+            raise TypeError(f"corpus must be a pld.Corpus or None, got {type(corpus).__name__}")
+    if corpus is None and sources is not None and "corpus" in sources:
+        raise ValueError("draft_sources: \"corpus\" needs corpus=pld.Corpus(...)")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """The options of one generation (frozen; validated on construction).
@@ -148,7 +159,16 @@ class DecodeConfig:
       draft_sources    the draft sources by name (pld.drafts.REGISTRY), in
                        place of what draft_tree and tree_successors pick:
                        None (default): ("prompt",) for linear drafts,
-                       ("prompt_tree", "ahead", "successors") for trees
+                       ("prompt_tree", "ahead", "successors") for trees;
+                       "siblings" and "corpus" are added as the two
+                       options below ask
+      sibling_drafts   rows of a batch with the same prompt (as
+                       num_return_sequences makes them) also draft from
+                       each other's tokens as they are written
+                       (pld.drafts.siblings)
+      corpus           a pld.Corpus to draft from as well (its candidates
+                       learn their own acceptance; pld.drafts.corpus_source)
+      corpus_add       add each finished row's new tokens to ``corpus``
       cost_aware       the width budget (pld.width_budget): verify the draft
                        nodes whose expected gain pays for the wider forward,
                        from the forward cost measured on the model before
@@ -186,6 +206,9 @@ class DecodeConfig:
     tree_candidates: int = 4
     tree_successors: bool = True
     draft_sources: Optional[Tuple[str, ...]] = None
+    sibling_drafts: bool = True
+    corpus: Any = None
+    corpus_add: bool = True
     cost_aware: bool = True
     eos_token_id: Any = EOS_FROM_MODEL
     do_sample: bool = False
@@ -217,12 +240,13 @@ class DecodeConfig:
         _choice("policy", self.policy, POLICIES)
         _choice("semantics", self.semantics, SEMANTICS)
         _choice("linear_kernel", self.linear_kernel, LINEAR_KERNELS)
-        for name in ("adaptive", "draft_tree", "tree_successors", "cost_aware", "do_sample", "output_scores", "output_logits",
-                     "record_steps"):
+        for name in ("adaptive", "draft_tree", "tree_successors", "sibling_drafts", "corpus_add", "cost_aware",
+                     "do_sample", "output_scores", "output_logits", "record_steps"):
             put(name, _flag(name, getattr(self, name)))
         if not (is_index(self.eos_token_id) and operator.index(self.eos_token_id) == EOS_FROM_MODEL):
             put("eos_token_id", eos_ids(self.eos_token_id))
         put("draft_sources", _sources(self.draft_sources))
+        _check_corpus(self.corpus, self.draft_sources)
         put("temperature", _number("temperature", self.temperature))
         put("top_k", _number("top_k", self.top_k, integer=True))
         put("top_p", _number("top_p", self.top_p))

@@ -65,8 +65,10 @@ def source_names(config: DecodeConfig) -> Tuple[str, ...]:
     if config.draft_sources is not None:
         return config.draft_sources
     if not config.draft_tree:
-        return ("prompt",)
-    return ("prompt_tree", "ahead", "successors") if config.tree_successors else ("prompt_tree",)
+        names: Tuple[str, ...] = ("prompt",)
+    else:
+        names = ("prompt_tree", "ahead", "successors") if config.tree_successors else ("prompt_tree",)
+    return names + ("siblings",) * config.sibling_drafts + ("corpus",) * (config.corpus is not None)
 
 
 class Decoder:
@@ -94,6 +96,8 @@ class Decoder:
         self.rows = [Row(r, input_ids[r:r + 1], None if mask is None else mask[r:r + 1].long(), config, policy)
                      for r in range(B)]
         self.all_rows = list(self.rows)
+        if config.sibling_drafts:
+            _link_siblings(self.rows, input_ids, mask)
         self.slots = SlotTable(B, input_ids.device, L + 2 * (config.num_pred_tokens + 1) + 64)
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
         branches = any(s.branches for s in self.sources)
@@ -338,6 +342,10 @@ class Decoder:
                                f"{want} (the cache {self.model.cached} slots, the table {self.slots.length})")
 
     def _drop(self, finished: List[int]) -> None:
+        corpus = self.config.corpus
+        if corpus is not None and self.config.corpus_add:
+            for i in finished:
+                corpus.add(self.rows[i].new_tokens())
         if len(finished) == len(self.rows):
             self.done = True
             return
@@ -363,6 +371,17 @@ class Decoder:
             scores=tuple(first.scores) if first.scores is not None else None,
             logits=tuple(first.raw) if first.raw is not None else None,
             past_key_values=self.model.cache, rows=rows)
+
+
+def _link_siblings(rows: List[Row], input_ids: torch.Tensor, mask: Optional[torch.Tensor]) -> None:
+    """Give every row the other rows with the same prompt (ids and mask)."""
+    groups: dict = {}
+    for r, row in enumerate(rows):
+        key = (tuple(input_ids[r].tolist()), None if mask is None else tuple(mask[r].tolist()))
+        groups.setdefault(key, []).append(row)
+    for group in groups.values():
+        for row in group:
+            row.siblings = [s for s in group if s is not row]
 
 
 def eos_cut(new: Sequence[int], eos: Sequence[int]) -> Tuple[int, bool]:

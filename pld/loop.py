@@ -127,6 +127,8 @@ def run(
     its rows one at a time.
     """
     config = resolve_config(model, config, options)
+    if config.corpus is not None:
+        bind_corpus(model, config.corpus)
     if input_ids.shape[0] > 1:
         attention_mask, pad_token_id, one_at_a_time = _batch_inputs(model, input_ids, attention_mask, pad_token_id)
         if one_at_a_time:
@@ -142,6 +144,26 @@ def run(
         while decoder.step():
             pass
     return decoder.result()
+
+
+def bind_corpus(model: Any, corpus: Any) -> None:
+    """Check that ``corpus`` (a pld.Corpus) holds ids of this model's
+    tokenizer: none beyond its vocabulary, and the model's signature
+    (vocabulary size and special ids) the one it was first used with;
+    a ValueError says which."""
+    config = getattr(model, "config", None)
+    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    vocab = int(weight.shape[0]) if weight is not None else int(getattr(config, "vocab_size", 0) or 0)
+    special = tuple(_ids(getattr(config, name, None)) for name in ("bos_token_id", "eos_token_id", "pad_token_id"))
+    corpus.bind(vocab, (vocab,) + special)
+
+
+def _ids(value: Any) -> Any:
+    """A special id (or ids) as plain ints, comparable and savable."""
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return None if value is None else int(value)
 
 
 def run_batch(model: Any, input_ids: torch.Tensor, config: Optional[DecodeConfig] = None, *,

@@ -38,6 +38,8 @@ class Row:
         self.index.reserve(self.buf.capacity - self.prompt_len)
         self.draft_length = DraftLength(config.num_pred_tokens, config.adaptive)
         self.memory: Dict[str, Any] = {}
+        # the other rows of the batch with the same prompt (the decoder sets them)
+        self.siblings: List["Row"] = []
         self.previous, self.root = -1, -1
         self.scores: Optional[List[torch.Tensor]] = [] if config.output_scores else None
         self.raw: Optional[List[torch.Tensor]] = [] if config.output_logits else None
@@ -73,5 +75,10 @@ class Row:
         self.index.extend(list(tokens))
         self.cached = self.cur - 1
 
-    def new_tokens(self) -> List[int]:
-        return self.buf.ids[0, self.prompt_len:self.cur].tolist()
+    def new_tokens(self, start: int = 0) -> List[int]:
+        """The new tokens from the ``start``-th on."""
+        return self.buf.ids[0, self.prompt_len + start:self.cur].tolist()
+
+    def tail(self, n: int) -> List[int]:
+        """The sequence's last ``n`` tokens (fewer if it is shorter)."""
+        return self.buf.ids[0, max(self.cur - n, 0):self.cur].tolist()

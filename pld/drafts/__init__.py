@@ -45,7 +45,9 @@ def describe() -> Dict[str, str]:
 
 
 # the built-in sources register themselves on import (registry order is
-# the order a step asks them: prompt lookup first, the model's guesses after)
-from . import prompt_chain, prompt_tree, guesses_ahead, successors  # noqa: E402,F401
+# the order a step asks them: text found in the row, its siblings and the
+# corpus first, the model's guesses after, since "successors" marks every
+# node already in the tree by the model's agreement)
+from . import prompt_chain, prompt_tree, siblings, corpus_source, guesses_ahead, successors  # noqa: E402,F401
 
 __all__ = ["REGISTRY", "DraftSource", "Proposal", "RowView", "build", "describe", "register"]

@@ -6,17 +6,24 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence
 
 import torch
 
-from ..token_tree import TokenTree
+from ..token_tree import TokenTree, merge
 
 
 class RowView(Protocol):
     """What a source reads of a row (pld.row_state.Row)."""
 
+    batch_index: int           # the row's place in the batch
     index: Any                 # the row's pld.NgramIndex over its sequence
     cur: int                   # tokens in the sequence
+    prompt_len: int            # tokens of the prompt (padding included)
+    siblings: Sequence[Any]    # the batch's other rows with the same prompt
     previous: int              # the sequence's second-to-last token (-1: none)
     root: int                  # the sequence's last token: the tree's root
     memory: Dict[str, Any]     # per-row state sources keep between steps
+
+    def ids(self, extra: int = 0) -> torch.Tensor: ...   # [1, cur + extra]: the sequence
+    def tail(self, n: int) -> List[int]: ...             # the sequence's last n tokens
+    def new_tokens(self, start: int = 0) -> List[int]: ...  # generated tokens from the start-th on
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,41 @@ def chain(tokens: Sequence[int], ngram: int, support: int = 1,
     n = len(tokens)
     return TokenTree(list(tokens), list(range(-1, n - 1)), list(range(1, n + 1)), [ngram] * n,
                      [support] * n, agreement)
+
+
+def best_chain(tree: TokenTree) -> TokenTree:
+    """The path of ``tree`` that takes, from the root down, the child with
+    the most support (the first made on a tie): the continuation that most
+    often followed (SuffixDecoding's greedy path), as a one-branch tree with
+    the nodes' features."""
+    children: Dict[int, List[int]] = {}
+    for j, p in enumerate(tree.parents):
+        children.setdefault(p, []).append(j)
+    path, node = [], -1
+    while node in children:
+        node = max(children[node], key=lambda j: (tree.supports[j], -j))
+        path.append(node)
+    out = chain([tree.tokens[j] for j in path], 0)
+    out.ngrams = [tree.ngrams[j] for j in path]
+    out.supports = [tree.supports[j] for j in path]
+    if tree.origins is not None:
+        out.origins = [tree.origins[j] for j in path]
+    return out
+
+
+def offer(tree: TokenTree, found: TokenTree, branches: bool, wins_ties: bool = False) -> TokenTree:
+    """``found`` (a source's candidates) offered to the row's ``tree``:
+    merged into it for a token tree; for linear drafts (``branches``
+    False), its best chain replaces the tree's chain where that is empty
+    or was matched by a shorter n-gram (or an equal one: ``wins_ties``)."""
+    if not len(found):
+        return tree
+    if branches:
+        return merge(tree, found) if len(tree) else found
+    best = best_chain(found)
+    if not len(tree) or best.ngrams[0] > tree.ngrams[0] or (wins_ties and best.ngrams[0] == tree.ngrams[0]):
+        return best
+    return tree
 
 
 def cut_at_eos(draft, eos) -> list:
