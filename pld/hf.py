@@ -12,6 +12,7 @@ enable() swaps two things and disable() puts them back:
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import logging
 from typing import Any, Iterator, List, Optional
@@ -227,6 +228,23 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     return result.sequences
 
 
+def _pld_validate_generation_mode(self: Any, generation_mode: Any, generation_config: Any, *args: Any,
+                                  **kwargs: Any) -> Any:
+    """transformers' checks of a generation mode, except that a prompt-lookup
+    call may ask for num_return_sequences > 1: generate() then repeats each
+    prompt that many times, as for sampling, and pld's loop serves the
+    batch (each row also drafting from its siblings, pld.drafts.siblings)."""
+    original = _original["_validate_generation_mode"]
+    mode_kwargs = args[0] if args else kwargs.get("generation_mode_kwargs") or {}
+    if (getattr(generation_config, "num_return_sequences", 1) or 1) > 1 \
+            and generation_config.prompt_lookup_num_tokens is not None \
+            and mode_kwargs.get("assistant_model") is None \
+            and generation_mode == _gen_utils.GenerationMode.ASSISTED_GENERATION:
+        generation_config = copy.copy(generation_config)
+        generation_config.num_return_sequences = 1
+    return original(self, generation_mode, generation_config, *args, **kwargs)
+
+
 def _pad_id(config: Any) -> Any:
     """The id generate() fills finished rows with (its pad token, which it
     sets to the first eos id when the model has none)."""
@@ -325,8 +343,10 @@ def enable(**options: Any) -> None:
         return
     _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
     _original["_assisted_decoding"] = _gen_utils.GenerationMixin._assisted_decoding
+    _original["_validate_generation_mode"] = _gen_utils.GenerationMixin._validate_generation_mode
     _gen_utils.PromptLookupCandidateGenerator = PromptLookupCandidateGenerator
     _gen_utils.GenerationMixin._assisted_decoding = _pld_assisted_decoding
+    _gen_utils.GenerationMixin._validate_generation_mode = _pld_validate_generation_mode
 
 
 def disable() -> None:
@@ -336,6 +356,7 @@ def disable() -> None:
         return
     _gen_utils.PromptLookupCandidateGenerator = _original.pop("PromptLookupCandidateGenerator")
     _gen_utils.GenerationMixin._assisted_decoding = _original.pop("_assisted_decoding")
+    _gen_utils.GenerationMixin._validate_generation_mode = _original.pop("_validate_generation_mode")
 
 
 def is_enabled() -> bool:
