@@ -24,6 +24,11 @@ Subcommands (see ``python -m pld bench --help``):
            the previous commit built in place): pld methods on both, each
            build in its own worker process, alternating per prompt;
            tokens/s, tokens per forward and identical outputs.
+  siblings n samples a prompt (num_return_sequences) at T = 0.7, top-p
+           0.9, with and without drafts from the sibling samples.
+  corpus-stream
+           Spec-Bench's six categories in order with one pld.Corpus kept
+           across the calls, against none; a plot along the stream.
 
 The modules here need the optional ``bench`` extras (numpy, matplotlib,
 tqdm); torch and transformers are used when importable.
@@ -37,6 +42,8 @@ SUBCOMMANDS = {
     "kv-forward": ("kv_forward", "one-token forward on transformers' DynamicCache vs pld.kv_cache's"),
     "tree-prior": ("tree_prior", "fit the token tree's acceptance prior on prompts the reports do not use"),
     "versus": ("versus", "this build against another (a previous commit): two workers alternating per prompt"),
+    "siblings": ("siblings", "n samples a prompt with and without sibling drafts"),
+    "corpus-stream": ("corpus_stream", "a stream of calls over Spec-Bench's six categories with one corpus vs none"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 
