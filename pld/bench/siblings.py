@@ -154,7 +154,7 @@ def table(results: List[Dict[str, Any]], names: List[str]) -> str:
         for m in names:
             mine = [r for r in rows if r["method"] == m]
             rate = sum(r["new_tokens"] for r in mine) / sum(r["seconds"] for r in mine)
-            tpf = _per_forward(mine)
+            tpf = f"{_per_forward(mine):.2f}"
             cells = ["", ""]
             if m.startswith("siblings_"):
                 base = [by[("alone_" + m.split("_", 1)[1], r["prompt"])] for r in mine]
@@ -167,13 +167,14 @@ def _rate(rows: List[Dict[str, Any]]) -> float:
     return sum(r["new_tokens"] for r in rows) / sum(r["seconds"] for r in rows)
 
 
-def _per_forward(rows: List[Dict[str, Any]]) -> Any:
+def _per_forward(rows: List[Dict[str, Any]]) -> float:
+    """New tokens over the forwards the rows took part in (1 for plain sampling)."""
     if any(r["row_forwards"] is None for r in rows):
-        return "1.00"
-    return f"{sum(r['new_tokens'] for r in rows) / sum(r['row_forwards'] for r in rows):.2f}"
+        return 1.0
+    return sum(r["new_tokens"] for r in rows) / max(1, sum(r["row_forwards"] for r in rows))
 
 
 def _ratio(mine: List[Dict[str, Any]], base: List[Dict[str, Any]], measure: Callable) -> str:
-    pooled = float(measure(mine)) / float(measure(base))
-    each = [float(measure([a])) / float(measure([b])) for a, b in zip(mine, base)]
+    pooled = measure(mine) / measure(base)
+    each = [measure([a]) / measure([b]) for a, b in zip(mine, base)]
     return f"{pooled:.2f}x; {statistics.median(each):.2f}x"
