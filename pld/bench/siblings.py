@@ -134,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
     config = {"model": args.model or models.EMBEDDED_NAME, "dtype": args.dtype, "device": device,
               "num_pred_tokens": args.num_pred_tokens, "max_ngram": 3, "max_new_tokens": args.max_new_tokens,
               "source": "spec-bench"}
-    text = (table(results, names) + f"\n\n{caption(config, torch, model)}; n = {args.n} samples a prompt, "
+    cap = caption(config, torch, model).replace("; greedy,", "; sampling,")
+    text = (table(results, names) + f"\n\n{cap}; n = {args.n} samples a prompt, "
             f"temperature {args.temperature}, top-p {args.top_p}, seed {args.seed}\n")
     with open(os.path.join(args.out, "siblings_table.md"), "w", encoding="utf-8") as fh:
         fh.write(text)

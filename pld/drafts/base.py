@@ -94,17 +94,23 @@ def best_chain(tree: TokenTree) -> TokenTree:
     return out
 
 
-def offer(tree: TokenTree, found: TokenTree, branches: bool, wins_ties: bool = False) -> TokenTree:
+def offer(tree: TokenTree, found: TokenTree, branches: bool, wins_ties: bool = False,
+          fallback: bool = False) -> TokenTree:
     """``found`` (a source's candidates) offered to the row's ``tree``:
     merged into it for a token tree; for linear drafts (``branches``
     False), its best chain replaces the tree's chain where that is empty
-    or was matched by a shorter n-gram (or an equal one: ``wins_ties``)."""
+    or -- unless it is only a ``fallback`` -- was matched by a shorter
+    n-gram (or an equal one: ``wins_ties``)."""
     if not len(found):
         return tree
     if branches:
         return merge(tree, found) if len(tree) else found
     best = best_chain(found)
-    if not len(tree) or best.ngrams[0] > tree.ngrams[0] or (wins_ties and best.ngrams[0] == tree.ngrams[0]):
+    if not len(tree):
+        return best
+    if fallback:
+        return tree
+    if best.ngrams[0] > tree.ngrams[0] or (wins_ties and best.ngrams[0] == tree.ngrams[0]):
         return best
     return tree
 
