@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from pld.bench import corpus_stream, siblings
+from pld.bench import corpus_stream, sibling_bound, siblings
 
 
 def _cells(text: str) -> dict:
@@ -61,13 +61,13 @@ def _expected_sibling_cells(task):
     per_rate = [(SIB[(task, p)]["siblings_linear"][0] / SIB[(task, p)]["siblings_linear"][1])
                 / (SIB[(task, p)]["alone_linear"][0] / SIB[(task, p)]["alone_linear"][1]) for p in prompts]
     return {
-        "alone_linear": [str(len(prompts)), f"{rate['alone_linear']:.2f}", f"{tpf['alone_linear']:.2f}", "", ""],
+        "alone_linear": [str(len(prompts)), f"{rate['alone_linear']:.2f}", f"{tpf['alone_linear']:.2f}", "", "", ""],
         "siblings_linear": [str(len(prompts)), f"{rate['siblings_linear']:.2f}", f"{tpf['siblings_linear']:.2f}",
                             f"{tpf['siblings_linear'] / tpf['alone_linear']:.2f}x; "
                             f"{statistics.median(per_tpf):.2f}x",
                             f"{rate['siblings_linear'] / rate['alone_linear']:.2f}x; "
-                            f"{statistics.median(per_rate):.2f}x"],
-        "sample": [str(len(prompts)), f"{rate['sample']:.2f}", "1.00", "", ""],
+                            f"{statistics.median(per_rate):.2f}x", ""],
+        "sample": [str(len(prompts)), f"{rate['sample']:.2f}", "1.00", "", "", ""],
     }
 
 
@@ -89,7 +89,7 @@ def test_siblings_table_ratios_pooled_and_median_per_prompt():
 def test_siblings_table_sample_rows_count_one_token_a_forward():
     rows = [_srow("qa", "q", "sample", 100, 4.0, None)]
     got = _cells(siblings.table(rows, ["sample"]))
-    assert got == {("qa", "sample"): ["1", "25.00", "1.00", "", ""]}
+    assert got == {("qa", "sample"): ["1", "25.00", "1.00", "", "", ""]}
 
 
 def test_siblings_table_both_drafts_modes_pair_with_their_own_alone():
@@ -99,8 +99,8 @@ def test_siblings_table_both_drafts_modes_pair_with_their_own_alone():
             "alone_tree": (20, 1.0, 10), "siblings_tree": (60, 1.0, 10)}
     rows = [_srow("rag", "p", m, *vals[m]) for m in names]
     got = _cells(siblings.table(rows, names))
-    assert got[("rag", "siblings_linear")][3:] == ["2.00x; 2.00x", "2.00x; 2.00x"]
-    assert got[("rag", "siblings_tree")][3:] == ["3.00x; 3.00x", "3.00x; 3.00x"]
+    assert got[("rag", "siblings_linear")][3:5] == ["2.00x; 2.00x", "2.00x; 2.00x"]
+    assert got[("rag", "siblings_tree")][3:5] == ["3.00x; 3.00x", "3.00x; 3.00x"]
 
 
 def test_siblings_tokens_per_forward_ratio_is_of_unrounded_values():
@@ -110,6 +110,51 @@ def test_siblings_tokens_per_forward_ratio_is_of_unrounded_values():
     got = _cells(siblings.table(rows, ["alone_linear", "siblings_linear"]))
     exact = (12 / 4) / (9 / 8)
     assert got[("rag", "siblings_linear")][3] == f"{exact:.2f}x; {exact:.2f}x"
+
+
+def test_siblings_table_replay_bound_pooled_from_the_alone_runs():
+    names = ["alone_tree", "siblings_tree"]
+    rows = [dict(_srow("rag", "p1", "alone_tree", 40, 1.0, 20), bound=[40, 20, 10]),
+            dict(_srow("rag", "p2", "alone_tree", 60, 1.0, 30), bound=[60, 40, 40]),
+            _srow("rag", "p1", "siblings_tree", 40, 1.0, 20), _srow("rag", "p2", "siblings_tree", 60, 1.0, 30)]
+    got = _cells(siblings.table(rows, names))
+    # pooled: 100 tokens in 60 forwards alone, 50 with the siblings -> 1.20x (1.67 -> 2.00)
+    assert got[("rag", "siblings_tree")][5] == "1.20x (1.67 -> 2.00)"
+    assert got[("rag", "alone_tree")][5] == ""
+
+
+# the replay bound (pld.bench.sibling_bound) on outputs made up so every step is known
+
+def test_replay_without_any_match_takes_a_forward_a_token():
+    assert sibling_bound.replay_steps([1, 2, 3], [4, 5, 6, 7], []) == 4
+
+
+def test_replay_copies_a_repeated_span_of_the_prompt():
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 1, 2]
+    # suffix (1, 2) continues 3..10 in the prompt; the output is that text: one step of depth 8,
+    # whose bonus token ends it -> 1 forward (8 accepted + 1 made by the model)
+    assert sibling_bound.replay_steps(prompt, [3, 4, 5, 6, 7, 8, 9, 10, 1], [], depth=10) == 1
+    # depth caps a step: 9 tokens at most 3 accepted + 1 a forward -> 3 forwards
+    assert sibling_bound.replay_steps(prompt, [3, 4, 5, 6, 7, 8, 9, 10, 1], [], depth=3) == 3
+
+
+def test_replay_with_a_sibling_that_wrote_the_same_text():
+    prompt = [50, 51, 52]
+    out = [60, 61, 62, 63, 64, 65, 66, 67]
+    assert sibling_bound.replay_steps(prompt, out, []) == 8
+    # the sibling's text after the prompt's last tokens is the row's: the first step drafts it all
+    assert sibling_bound.replay_steps(prompt, out, [out]) == 1
+    # a sibling whose text differs shares nothing, and no other row's text is consulted
+    assert sibling_bound.replay_steps(prompt, out, [[70, 71, 72]]) == 8
+
+
+def test_replay_bound_sums_rows_each_against_the_others():
+    prompt = [50, 51, 52]
+    a, b, c = [60, 61, 62, 63], [60, 61, 62, 63], [70, 71]
+    tokens, alone, with_siblings = sibling_bound.replay_bound(prompt, [a, b, c])
+    assert (tokens, alone) == (10, 10)
+    # a and b each find the other's text whole (1 forward each); c finds nothing (2)
+    assert with_siblings == 1 + 1 + 2
 
 
 def test_siblings_arguments_defaults():

@@ -14,12 +14,18 @@ sampled by ``pld.generate`` on that batch, per drafts mode (linear, tree):
   sample     plain batched sampling, ``model.generate(do_sample=True,
              num_return_sequences=n)`` (tokens/s reference; 1 token a forward)
 
+and, from each ``alone`` run's samples, a replay bound (pld.bench.sibling_bound):
+the tokens per forward with every candidate of the row's own tree verified,
+against the same with its siblings' whole outputs as well -- the most sibling
+drafts could add to these samples, whatever the budget or the order of writing.
+
 The methods take turns per prompt (the order rotating), each seeded with
 the prompt's seed. Samples differ between methods (the draws fall on
 other rows once the steps differ), so the comparison is of rates over many
 samples. Per task and mode: tokens per forward a row (a row's new tokens
 over the forwards it took part in), tokens/s over the batch, and the
-ratios siblings / alone (pooled, and the median of per-prompt ratios).
+ratios siblings / alone (pooled, and the median of per-prompt ratios), and
+the replay bound's ratio.
 The table, with machine and versions, goes to OUT/siblings_table.md and
 the rows to OUT/siblings_results.jsonl.
 """
@@ -33,6 +39,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 from . import tasks as task_sources
+from .sibling_bound import replay_bound
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
                 seconds = time.perf_counter() - t0
                 row = {"task": prompt.task, "prompt": prompt.id, "method": m, "new_tokens": sum(map(len, rows)),
                        "seconds": seconds, "row_forwards": row_forwards}
+                if m.startswith("alone_"):
+                    row["bound"] = list(replay_bound(ids[0].tolist(), rows, depth=args.num_pred_tokens))
                 results.append(row)
                 log.write(json.dumps(row) + "\n")
             print(f"{i + 1}/{len(batches)} {prompt.id}", flush=True)
@@ -145,10 +154,12 @@ def run(args: argparse.Namespace) -> int:
 
 def table(results: List[Dict[str, Any]], names: List[str]) -> str:
     """Per task and method: tokens/s, tokens per forward a row, and for
-    sibling drafts the ratios to the same mode's drafts from the row alone."""
+    sibling drafts the ratios to the same mode's drafts from the row alone
+    and the replay bound of that ratio (from the alone runs' samples)."""
     lines = ["| task | method | prompts | tokens/s | tokens/forward a row | siblings/alone tokens/forward "
-             "(pooled; median per prompt) | siblings/alone tokens/s (pooled; median per prompt) |",
-             "|---|---|--:|--:|--:|--:|--:|"]
+             "(pooled; median per prompt) | siblings/alone tokens/s (pooled; median per prompt) "
+             "| replay bound: siblings/alone tokens/forward |",
+             "|---|---|--:|--:|--:|--:|--:|--:|"]
     for task in dict.fromkeys(r["task"] for r in results):
         rows = [r for r in results if r["task"] == task]
         by = {(r["method"], r["prompt"]): r for r in rows}
@@ -156,12 +167,21 @@ def table(results: List[Dict[str, Any]], names: List[str]) -> str:
             mine = [r for r in rows if r["method"] == m]
             rate = sum(r["new_tokens"] for r in mine) / sum(r["seconds"] for r in mine)
             tpf = f"{_per_forward(mine):.2f}"
-            cells = ["", ""]
+            cells = ["", "", ""]
             if m.startswith("siblings_"):
                 base = [by[("alone_" + m.split("_", 1)[1], r["prompt"])] for r in mine]
-                cells = [_ratio(mine, base, _per_forward), _ratio(mine, base, _rate)]
-            lines.append(f"| {task} | {m} | {len(mine)} | {rate:.2f} | {tpf} | {cells[0]} | {cells[1]} |")
+                cells = [_ratio(mine, base, _per_forward), _ratio(mine, base, _rate), _bound(base)]
+            lines.append(f"| {task} | {m} | {len(mine)} | {rate:.2f} | {tpf} | {' | '.join(cells)} |")
     return "\n".join(lines)
+
+
+def _bound(rows: List[Dict[str, Any]]) -> str:
+    """The replay bound pooled over ``rows`` (alone runs): forwards alone over
+    forwards with the siblings' outputs, i.e. the tokens/forward ratio."""
+    if not all(r.get("bound") for r in rows):
+        return ""
+    tokens, alone, with_siblings = (sum(r["bound"][j] for r in rows) for j in range(3))
+    return f"{alone / max(1, with_siblings):.2f}x ({tokens / max(1, alone):.2f} -> {tokens / max(1, with_siblings):.2f})"
 
 
 def _rate(rows: List[Dict[str, Any]]) -> float:
