@@ -38,6 +38,13 @@ File format (:meth:`Corpus.save`, :meth:`Corpus.load`), little-endian:
 
 Loading re-adds the sequences in order, which rebuilds the same
 generations, so a loaded corpus proposes what the saved one did.
+
+A corpus also keeps what the generations that drafted from it learned of
+its worth (:meth:`Corpus.acceptance`): the hits and trials of the corpus
+nodes' acceptance buckets, handed back by each generation as it ends and
+given to the next as it starts, so the width budget's trust in corpus
+drafts carries across calls (the last :data:`TRUST_WINDOW` trials a
+bucket; not saved to a file).
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ import struct
 import sys
 import tempfile
 import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
 
@@ -63,6 +70,9 @@ _DIGEST = hashlib.sha256().digest_size
 _MAX_HEADER = 1 << 20
 _MAX_FILE = _PREFIX.size + _MAX_HEADER + 12 * _core.CORPUS_MAX_TOKENS + _DIGEST
 _BIG_ENDIAN = sys.byteorder == "big"
+#: The trials a bucket of :meth:`Corpus.acceptance` keeps: past it, the
+#: older evidence is scaled down, so the trust follows a changing corpus.
+TRUST_WINDOW = 1000.0
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -159,6 +169,7 @@ class Corpus:
         self._signature: Optional[Tuple] = None
         self._fingerprint = fingerprint
         self._evicted_base = 0  # sequences evicted before a save, for a loaded corpus
+        self._trust: Dict[Tuple[int, ...], List[float]] = {}  # bucket -> [hits, trials]
 
     # ------------------------------------------------------------ contents
 
@@ -193,9 +204,37 @@ class Corpus:
         return out
 
     def clear(self) -> None:
-        """Drop every sequence (they do not count as evicted); the settings
-        and the binding stay."""
+        """Drop every sequence (they do not count as evicted); the settings,
+        the binding and the learned :meth:`acceptance` stay."""
         self._core.clear()
+
+    # ------------------------------------------------------------ trust
+
+    def acceptance(self) -> Tuple[Dict[Tuple[int, ...], float], Dict[Tuple[int, ...], float]]:
+        """(hits, trials) per acceptance bucket of corpus nodes (keyed as
+        pld.token_tree.AcceptanceModel.counts keys them), summed over the
+        generations that drafted from this corpus; empty at first."""
+        with self._lock:
+            return ({b: v[0] for b, v in self._trust.items()}, {b: v[1] for b, v in self._trust.items()})
+
+    def learn(self, hits: Dict[Tuple[int, ...], float], trials: Dict[Tuple[int, ...], float]) -> None:
+        """Add a generation's ``hits`` and ``trials`` of corpus nodes (per
+        bucket, hits <= trials) to :meth:`acceptance`; a bucket past
+        :data:`TRUST_WINDOW` trials is scaled down to it."""
+        for b, t in trials.items():
+            h = hits.get(b, 0.0)
+            if not (0.0 <= h <= t):
+                raise ValueError(f"learn: bucket {b!r} has {h} hits in {t} trials")
+        with self._lock:
+            for b, t in trials.items():
+                if t <= 0.0:
+                    continue
+                cell = self._trust.setdefault(tuple(b), [0.0, 0.0])
+                cell[0] += hits.get(b, 0.0)
+                cell[1] += t
+                if cell[1] > TRUST_WINDOW:
+                    k = TRUST_WINDOW / cell[1]
+                    cell[0], cell[1] = cell[0] * k, TRUST_WINDOW
 
     def __len__(self) -> int:
         """Tokens held (separators not counted)."""

@@ -43,7 +43,7 @@ from .drafts.base import Proposal, cut_at_eos
 from .records import LoopResult, LoopStats, StepRecord
 from .row_state import INITIAL_NEW_TOKENS, Row
 from .slot_table import SlotTable
-from .token_tree import AcceptanceModel, TokenTree, block_visibility, is_chain, local_parents
+from .token_tree import CORPUS, AcceptanceModel, TokenTree, block_visibility, is_chain, local_parents
 from .width_budget import CHAIN_EXPLORATION, NO_BUDGET, WidthBudget
 
 __all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESSORS", "INITIAL_NEW_TOKENS",
@@ -100,6 +100,9 @@ class Decoder:
             _link_siblings(self.rows, input_ids, mask)
         self.slots = SlotTable(B, input_ids.device, L + 2 * (config.num_pred_tokens + 1) + 64)
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
+        if config.corpus is not None:  # what earlier generations learned of the corpus's drafts
+            self.acceptance.add_counts(CORPUS, *config.corpus.acceptance())
+        self._corpus_counts = self.acceptance.counts(CORPUS)
         branches = any(s.branches for s in self.sources)
         self.budget = budget if budget is not None else (
             WidthBudget(config.tree_width) if branches else WidthBudget(config.num_pred_tokens, CHAIN_EXPLORATION))
@@ -348,6 +351,7 @@ class Decoder:
                 corpus.add(self.rows[i].new_tokens())
         if len(finished) == len(self.rows):
             self.done = True
+            self._teach_corpus()
             return
         if finished:
             keep = [i for i in range(len(self.rows)) if i not in set(finished)]
@@ -355,6 +359,15 @@ class Decoder:
             self.model.select_rows(index)
             self.slots.select_rows(index)
             self.rows = [self.rows[i] for i in keep]
+
+    def _teach_corpus(self) -> None:
+        """Hand the corpus what this generation learned of its drafts."""
+        if self.config.corpus is None:
+            return
+        (h0, t0), (h1, t1) = self._corpus_counts, self.acceptance.counts(CORPUS)
+        # whole counts: a step adds 1 to a bucket (the rounding undoes the sums' float error)
+        trials = {b: float(round(t1[b] - t0[b])) for b in t1 if t1[b] - t0[b] > 0.5}
+        self.config.corpus.learn({b: float(round(h1[b] - h0[b])) for b in trials}, trials)
 
     # -- the result --------------------------------------------------------------
     def result(self) -> LoopResult:

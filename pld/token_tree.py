@@ -316,6 +316,17 @@ class AcceptanceModel:
         return ({b[:4]: v for b, v in self.hits.items() if b[4] == origin},
                 {b[:4]: v for b, v in self.trials.items() if b[4] == origin})
 
+    def add_counts(self, origin: int, hits: Dict[Tuple[int, int, int, int], float],
+                   trials: Dict[Tuple[int, int, int, int], float]) -> None:
+        """Add evidence gathered elsewhere (keyed as :meth:`counts` keys it)
+        to ``origin``'s buckets."""
+        for b4, t in trials.items():
+            b = (*b4, origin)
+            if b not in self.trials:
+                raise ValueError(f"add_counts: no acceptance bucket {b4!r}")
+            self.trials[b] += t
+            self.hits[b] += hits.get(b4, 0.0)
+
     @property
     def scale(self) -> float:
         """Accepted nodes per predicted one, so far in this generation."""

@@ -164,3 +164,59 @@ def test_joint_law_through_corpus_drafts():
         accepted[first.accepted] += 1
     assert all(accepted[k] > 20 for k in (0, 1, 2)), accepted
     check_joint_law(counts, p1, joint, N)
+
+
+def test_the_corpus_keeps_what_generations_learn_of_its_drafts(monkeypatch):
+    import torch
+
+    from pld import decoder, loop
+    from pld.token_tree import CORPUS, AcceptanceModel
+
+    model = mf.tiny_model("llama")
+    prompt = list(range(5, 25))
+    ids = mf.as_ids(prompt)
+    corpus = _corpus()
+    kw = dict(max_new_tokens=40, eos_token_id=None, num_pred_tokens=8, cost_aware=False, draft_tree=True)
+    with torch.no_grad():
+        loop.run(model, ids, corpus=corpus, **kw)
+        assert corpus.acceptance() == ({}, {})  # the corpus was empty: no corpus node was verified
+        steps = []
+        loop.run(model, ids, corpus=corpus, corpus_add=False, on_step=steps.append, **kw)
+    hits, trials = corpus.acceptance()
+    # every accepted corpus node is a hit; every verified one whose parent was reached a trial
+    accepted = sum(rec.tree.origins[j] == CORPUS for rec in steps for j in rec.path)
+    verified = sum(rec.tree.origins[j] == CORPUS for rec in steps for j in rec.chosen
+                   if rec.tree.parents[j] in {-1, *rec.path})
+    assert accepted > 0 and sum(hits.values()) == accepted and sum(trials.values()) == verified
+    assert all(0 < hits.get(b, 0) <= t for b, t in trials.items() if hits.get(b))
+    # the next generation starts from it: the prior plus what was learned, for corpus nodes only
+    started = []
+
+    class Recording(AcceptanceModel):
+        def add_counts(self, origin, h, t):
+            super().add_counts(origin, h, t)
+            started.append((origin, self.counts(CORPUS)[1], self.counts(0)[1]))
+
+    monkeypatch.setattr(decoder, "AcceptanceModel", Recording)
+    with torch.no_grad():
+        loop.run(model, ids, corpus=corpus, corpus_add=False, **kw)
+    prior = AcceptanceModel().counts(CORPUS)[1]
+    assert len(started) == 1 and started[0][0] == CORPUS
+    assert started[0][1] == {k: prior[k] + trials.get(k, 0.0) for k in prior}
+    assert started[0][2] == AcceptanceModel().counts(0)[1]  # the row's own buckets untouched
+    assert corpus.acceptance()[1] != trials  # the third run taught it more
+
+
+def test_learned_trust_keeps_a_window_and_refuses_nonsense():
+    from pld.corpus import TRUST_WINDOW
+
+    corpus = _corpus()
+    b = (3, 0, 1, 3)
+    corpus.learn({b: 600.0}, {b: 800.0})
+    corpus.learn({b: 100.0}, {b: 400.0})
+    hits, trials = corpus.acceptance()
+    assert trials[b] == TRUST_WINDOW and hits[b] == pytest.approx(700.0 * TRUST_WINDOW / 1200.0)
+    with pytest.raises(ValueError, match="hits"):
+        corpus.learn({b: 5.0}, {b: 4.0})
+    corpus.clear()
+    assert corpus.acceptance()[1] == {b: TRUST_WINDOW}  # clear() keeps it
