@@ -198,59 +198,6 @@ def _eos_tuple(eos_token_id) -> tuple:
     return tuple(int(t) for t in eos_token_id)
 
 
-def propose_tree_reference(seq: Sequence[int], max_n: int, min_n: int, policy: str, depth: int,
-                           per_ngram: int = 4, max_nodes: int = 64, eos: Iterable[int] = ()):
-    """Reference for ``NgramIndex.propose_tree``: the trie of candidate
-    continuations, as the five lists (tokens, parents, depths, ngrams,
-    supports). Written from pld.h's contract with plain lists: candidates
-    in order (n descending; the earliest occurrence, then for "recent" the
-    newest ones among the first per_ngram + 1 of the chain), a continuation
-    start taken once, each candidate inserted from the root until the trie
-    is full."""
-    seq = [int(t) for t in seq]
-    eos = set(eos)
-    L = len(seq)
-    tokens: list[int] = []
-    parents: list[int] = []
-    depths: list[int] = []
-    ngrams: list[int] = []
-    supports: list[int] = []
-    children: dict = {}  # (parent, token) -> node
-    used: set = set()
-    for n in range(min(max_n, L), min_n - 1, -1):
-        occ = _occurrences(seq, n)  # ascending; the suffix itself is last
-        chosen = [occ[0]]
-        if policy == "recent":
-            newest_first = occ[::-1][:per_ngram + 1]
-            chosen += [i for i in newest_first if i != L - n and i != occ[0]][:per_ngram - 1]
-        for i in chosen:
-            start = i + n
-            if start >= L or start in used:
-                continue
-            used.add(start)
-            parent = -1
-            for j, t in enumerate(seq[start:start + depth]):
-                if t in eos:
-                    break
-                node = children.get((parent, t))
-                if node is None:
-                    if len(tokens) >= max_nodes:
-                        break
-                    node = len(tokens)
-                    children[(parent, t)] = node
-                    tokens.append(t)
-                    parents.append(parent)
-                    depths.append(j + 1)
-                    ngrams.append(n)
-                    supports.append(0)
-                supports[node] += 1
-                parent = node
-    return tokens, parents, depths, ngrams, supports
-
-
-# ---------------------------------------------------------------- corpus lookup
-
-
 class _Trie:
     """The five lists of a token trie, grown one candidate at a time as
     pld.h's tree functions grow one (a token already a child is shared;
@@ -281,6 +228,37 @@ class _Trie:
                 supports.append(0)
             supports[node] += 1
             parent = node
+
+
+def propose_tree_reference(seq: Sequence[int], max_n: int, min_n: int, policy: str, depth: int,
+                           per_ngram: int = 4, max_nodes: int = 64, eos: Iterable[int] = ()):
+    """Reference for ``NgramIndex.propose_tree``: the trie of candidate
+    continuations, as the five lists (tokens, parents, depths, ngrams,
+    supports). Written from pld.h's contract with plain lists: candidates
+    in order (n descending; the earliest occurrence, then for "recent" the
+    newest ones among the first per_ngram + 1 of the chain), a continuation
+    start taken once, each candidate inserted from the root until the trie
+    is full."""
+    seq = [int(t) for t in seq]
+    L = len(seq)
+    trie = _Trie(max_nodes, eos)
+    used: set = set()
+    for n in range(min(max_n, L), min_n - 1, -1):
+        occ = _occurrences(seq, n)  # ascending; the suffix itself is last
+        chosen = [occ[0]]
+        if policy == "recent":
+            newest_first = occ[::-1][:per_ngram + 1]
+            chosen += [i for i in newest_first if i != L - n and i != occ[0]][:per_ngram - 1]
+        for i in chosen:
+            start = i + n
+            if start >= L or start in used:
+                continue
+            used.add(start)
+            trie.insert(seq[start:start + depth], n)
+    return trie.lists
+
+
+# ---------------------------------------------------------------- corpus lookup
 
 
 def _candidate_starts(seq: Sequence[int], key: Sequence[int], recent: bool, per_ngram: int) -> list:

@@ -7,52 +7,12 @@
  * "test_corpus: N passed, M failed" and exits nonzero if M > 0.
  */
 #include "pld.h"
+#include "check.h"
 #include "naive_corpus.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static long g_passed, g_failed;
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (cond) {                                                          \
-            g_passed++;                                                      \
-        } else {                                                             \
-            g_failed++;                                                      \
-            if (g_failed <= 50)                                              \
-                fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__,      \
-                        #cond);                                              \
-        }                                                                    \
-    } while (0)
-
-#define CHECKF(cond, ...)                                                    \
-    do {                                                                     \
-        if (cond) {                                                          \
-            g_passed++;                                                      \
-        } else {                                                             \
-            g_failed++;                                                      \
-            if (g_failed <= 50) {                                            \
-                fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__,      \
-                        #cond);                                              \
-                fprintf(stderr, __VA_ARGS__);                                \
-                fputc('\n', stderr);                                         \
-            }                                                                \
-        }                                                                    \
-    } while (0)
-
-static uint64_t t_state = 0x2545F4914F6CDD1Dull;
-static uint64_t t_next(void)
-{
-    uint64_t x = t_state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    t_state = x;
-    return x * 0x2545F4914F6CDD1Dull;
-}
-static size_t t_below(size_t n) { return (size_t)(t_next() % n); }
 
 #define NODES 96
 
