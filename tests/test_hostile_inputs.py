@@ -96,6 +96,11 @@ def evil_list(grow=False, n=64):
     "_core._ngram_tag(evil_list(grow, 1)[:3])",
     "pld.find_candidate_pred_tokens([1, 2, 3, 1, 2], 2, 2, semantics='transformers',"
     " eos_token_id=evil_list(grow))",
+    "_core.Corpus(10**6).add(evil_list(grow))",
+    "pld.Corpus(10**6).add(evil_list(grow))",
+    "_core.Corpus(10**6).propose_tree(evil_list(grow), 3)",
+    "_core.Corpus(10**6).propose_tree([1, 2], 3, eos_token_id=evil_list(grow))",
+    "pld.NgramIndex(3, 1, 'recent').propose_tree_after(evil_list(grow), 3)",
 ])
 def test_list_mutated_by_index_during_conversion(call, grow):
     # the binding reads a snapshot of the list: an answer from the ids it
@@ -154,6 +159,51 @@ for trial in range(60):
         continue
     want = propose_tree_reference(ix.tokens(), 3, 1, "recent", 5, 4, 64, [3] if eos else [])
     assert tuple(map(list, got)) == tuple(map(list, want)), (trial, action, where)
+""")
+
+
+def test_corpus_arguments_that_change_the_corpus():
+    # an argument's __index__ (or an eos list's item) may add to, clear or
+    # evict from the very corpus being asked: the conversions run before the
+    # corpus's lock is taken (so no deadlock), and the answer is the corpus
+    # as it is after them, equal to the reference's
+    assert_child_ok(f"""
+import random
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+from reference import ReferenceCorpus
+rng = random.Random(11)
+class Hit:
+    def __init__(self, corpus, ref, action, value):
+        self.corpus, self.ref, self.action, self.value = corpus, ref, action, value
+    def __index__(self):
+        if self.action == "clear":
+            self.corpus.clear(); self.ref.clear()
+        else:  # add enough to evict the oldest segments
+            for _ in range(6):
+                seq = [rng.randrange(4) for _ in range(rng.randint(1, 40))]
+                self.corpus.add(seq); self.ref.add(seq)
+        gc.collect()
+        return self.value
+for trial in range(60):
+    corpus = _core.Corpus(100, 2, 3, 3, trial)
+    ref = ReferenceCorpus(100, 2, 3, 3)
+    for _ in range(rng.randint(0, 6)):
+        seq = [rng.randrange(4) for _ in range(rng.randint(1, 40))]
+        corpus.add(seq); ref.add(seq)
+    action = rng.choice(["clear", "add"])
+    where = rng.choice(["context", "depth", "per_ngram", "max_nodes", "eos"])
+    context, depth, per, nodes, eos = [1, 2, 3], 5, 4, 64, None
+    hit = lambda v: Hit(corpus, ref, action, v)
+    if where == "context": context = [1, 2, hit(3)]
+    elif where == "depth": depth = hit(5)
+    elif where == "per_ngram": per = hit(4)
+    elif where == "max_nodes": nodes = hit(64)
+    else: eos = [hit(3)]
+    got = corpus.propose_tree(context, depth, per_ngram=per, max_nodes=nodes, eos_token_id=eos)
+    want = ref.propose_tree([1, 2, 3], 5, 4, 64, [3] if eos else None)
+    assert tuple(map(list, got)) == tuple(map(list, want)), (trial, action, where, got, want)
+    assert corpus.num_sequences == ref.num_sequences
+print("OK")
 """)
 
 
@@ -304,6 +354,9 @@ ENTRY_POINTS = {
     "logits": lambda g: pld.accept_greedy_logits([], g),
     "probs": lambda g: pld.accept_sample([], g),
     "out": lambda g: pld.NgramIndex(2).propose(1, out=g),
+    "tokens (corpus)": lambda g: _core.Corpus(1000).add(g),
+    "context": lambda g: _core.Corpus(1000).propose_tree(g, 3),
+    "context (index)": lambda g: pld.NgramIndex(2, 1, "recent").propose_tree_after(g, 3),
 }
 """
 
@@ -341,7 +394,7 @@ for arg, fn in ENTRY_POINTS.items():
     g = Garbage(**{fields})
     if arg in ("logits", "probs"):
         g = Garbage(**dict(dict(code=2, bits=32, ndim=2, shape=(1, 4)), **{fields}))
-    expect((TypeError, ValueError), lambda: fn(g), arg)
+    expect((TypeError, ValueError), lambda: fn(g), arg.split()[0])
 """)
 
 
@@ -361,6 +414,13 @@ assert ix.tokens() == [0, 1, 2]
 g = Garbage(shape=(0,), data=0)   # empty: NULL data is fine
 ix = pld.NgramIndex(2); ix.extend(g)
 assert ix.tokens() == []
+c = _core.Corpus(100)
+c.add(Garbage(shape=(6,)))
+c.add(Garbage(shape=(3,), strides=(2,)))
+assert [c.sequence(0), c.sequence(1)] == [[0, 1, 2, 3, 4, 5], [0, 2, 4]]
+assert c.propose_tree(Garbage(shape=(2,)), 3) == c.propose_tree([0, 1], 3) != ([],) * 5
+ix = pld.NgramIndex(2, 1, "recent"); ix.extend([0, 1, 2, 0, 1, 3])
+assert ix.propose_tree_after(Garbage(shape=(2,)), 2) == ix.propose_tree_after([0, 1], 2) != ([],) * 5
 """)
 
 
