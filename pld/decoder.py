@@ -100,9 +100,10 @@ class Decoder:
             _link_siblings(self.rows, input_ids, mask)
         self.slots = SlotTable(B, input_ids.device, L + 2 * (config.num_pred_tokens + 1) + 64)
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
+        self._corpus_counts = None  # the corpus nodes' counts as the generation began
         if config.corpus is not None:  # what earlier generations learned of the corpus's drafts
             self.acceptance.add_counts(CORPUS, *config.corpus.acceptance())
-        self._corpus_counts = self.acceptance.counts(CORPUS)
+            self._corpus_counts = self.acceptance.counts(CORPUS)
         branches = any(s.branches for s in self.sources)
         self.budget = budget if budget is not None else (
             WidthBudget(config.tree_width) if branches else WidthBudget(config.num_pred_tokens, CHAIN_EXPLORATION))
@@ -362,7 +363,7 @@ class Decoder:
 
     def _teach_corpus(self) -> None:
         """Hand the corpus what this generation learned of its drafts."""
-        if self.config.corpus is None:
+        if self._corpus_counts is None:
             return
         (h0, t0), (h1, t1) = self._corpus_counts, self.acceptance.counts(CORPUS)
         # whole counts: a step adds 1 to a bucket (the rounding undoes the sums' float error)
