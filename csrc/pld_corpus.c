@@ -8,9 +8,11 @@
  * the oldest segment frees one index: eviction costs nothing per token.
  *
  * A lookup asks each segment for the newest per_ngram occurrences of each
- * suffix n-gram (pld_index_continuations: one probe, then the chain of
- * earlier occurrences), so its work is bounded by segments x sizes x
- * per_ngram continuations, however many tokens are held.
+ * suffix n-gram (pld_index_continuations_many: one probe, then the chain
+ * of earlier occurrences), so its work is bounded by segments x sizes x
+ * per_ngram continuations, however many tokens are held. Those probes are
+ * independent, so they go as one batch whose cache misses overlap: in a
+ * corpus larger than the caches nearly every read is a miss.
  */
 #include "pld.h"
 #include "pld_internal.h"
@@ -193,13 +195,39 @@ pld_status pld_corpus_add(pld_corpus *c, const int64_t *tokens, size_t len)
     return PLD_OK;
 }
 
+/* Insert the candidates of probes[0..count) (found by n-grams of the
+ * context, in pld_corpus_propose_tree's order) into the trie. top: the
+ * longest n looked up. */
+static void insert_candidates(pld_trie *trie, const pld_probe *probes, size_t count,
+                              const int64_t *context, size_t clen, size_t top, size_t depth)
+{
+    size_t i, f;
+    for (i = 0; i < count; i++) {
+        const pld_probe *p = &probes[i];
+        const size_t n = p->n;
+        const int64_t *t = pld_index_tokens(p->index);
+        const size_t len = pld_index_len(p->index);
+        for (f = 0; f < p->found; f++) {
+            const size_t start = p->starts[f];
+            const size_t room = len - start < depth ? len - start : depth;
+            size_t count_tokens = 0;
+            /* taken by a longer n (see pld_index_propose_tree_after) */
+            if (n < top && start >= n + 1 && t[start - n - 1] == context[clen - n - 1])
+                continue;
+            while (count_tokens < room && t[start + count_tokens] >= 0)
+                count_tokens++; /* up to the separator */
+            pld_trie_insert(trie, t + start, count_tokens, (uint32_t)n);
+        }
+    }
+}
+
 pld_status pld_corpus_propose_tree(const pld_corpus *c, const int64_t *context, size_t clen,
                                    size_t depth, size_t per_ngram, size_t max_nodes,
                                    const int64_t *eos, size_t n_eos, pld_tree_node *out,
                                    size_t *n_nodes)
 {
-    size_t starts[PLD_TREE_MAX_PER_NGRAM];
-    size_t top = 0, n, j, f;
+    pld_probe probes[PLD_PROBE_BATCH];
+    size_t top = 0, n, j, batch = 0;
     pld_trie trie;
     if (n_nodes != NULL)
         *n_nodes = 0;
@@ -211,26 +239,23 @@ pld_status pld_corpus_propose_tree(const pld_corpus *c, const int64_t *context, 
     /* the longest n-gram to look up: no negative id (no separator) in it */
     while (top < c->max_n && top < clen && context[clen - 1 - top] >= 0)
         top++;
+    /* the probes in candidate order (n down, segments newest first), a
+     * batch at a time so that their cache misses overlap */
     for (n = top; n >= c->min_n && n >= 1; n--) {
-        const int64_t *key = context + (clen - n);
-        for (j = c->used; j-- > 0;) { /* newest first */
-            const pld_segment *s = &c->seg[ring(c, j)];
-            const int64_t *t = pld_index_tokens(s->index);
-            const size_t len = pld_index_len(s->index);
-            const size_t found = pld_index_continuations(s->index, key, n, per_ngram, starts);
-            for (f = 0; f < found; f++) {
-                const size_t start = starts[f];
-                const size_t room = len - start < depth ? len - start : depth;
-                size_t count = 0;
-                /* taken by a longer n (see pld_index_propose_tree_after) */
-                if (n < top && start >= n + 1 && t[start - n - 1] == context[clen - n - 1])
-                    continue;
-                while (count < room && t[start + count] >= 0)
-                    count++; /* up to the separator */
-                pld_trie_insert(&trie, t + start, count, (uint32_t)n);
+        for (j = c->used; j-- > 0;) {
+            pld_probe *p = &probes[batch++];
+            p->index = c->seg[ring(c, j)].index;
+            p->key = context + (clen - n);
+            p->n = n;
+            if (batch == PLD_PROBE_BATCH) {
+                pld_index_continuations_many(probes, batch, per_ngram);
+                insert_candidates(&trie, probes, batch, context, clen, top, depth);
+                batch = 0;
             }
         }
     }
+    pld_index_continuations_many(probes, batch, per_ngram);
+    insert_candidates(&trie, probes, batch, context, clen, top, depth);
     *n_nodes = trie.n_nodes;
     return PLD_OK;
 }

@@ -1430,6 +1430,86 @@ size_t pld_index_continuations(const pld_index *ix, const int64_t *key, size_t n
     return count;
 }
 
+/* The step of a RECENT chain at occurrence cur (+1, not 0) of an n-gram:
+ * the tokens around its continuation (the one before the n-gram, which
+ * tells whether a longer n took it, and the first of the continuation) and
+ * its link to the occurrence before. Addresses stay inside the arrays. */
+static inline void prefetch_occurrence(const pld_index *ix, size_t n, uint32_t cur)
+{
+    const size_t at = cur - 1 + n; /* the continuation's start, <= len */
+    PLD_PREFETCH(ix->tokens + (cur >= 2 ? cur - 2 : 0));
+    PLD_PREFETCH(ix->tokens + (at < ix->len ? at : ix->len - 1));
+    PLD_PREFETCH(ix->prev1[n] + (cur - 1));
+}
+
+void pld_index_continuations_many(pld_probe *probes, size_t count, size_t max)
+{
+    size_t i, live = 0;
+    for (i = 0; i < count; i++) { /* every home slot asked for at once */
+        pld_probe *p = &probes[i];
+        const pld_index *ix = p->index;
+        const pld_table *t = &ix->tables[p->n];
+        p->found = 0;
+        p->cur = 0;
+        if (ix->policy != PLD_POLICY_RECENT || t->seen != NULL) {
+            p->found = pld_index_continuations(ix, p->key, p->n, max, p->starts);
+            continue;
+        }
+        if (p->n > ix->len || t->slots == NULL)
+            continue;
+        p->tag = hash_tag(&ix->hk, p->key, p->n);
+        p->cur = UINT32_MAX; /* to probe */
+        PLD_PREFETCH(&t->slots[p->tag & t->mask]);
+    }
+    for (i = 0; i < count; i++) { /* the first slot with the tag: a guess */
+        pld_probe *p = &probes[i];
+        const pld_table *t;
+        size_t s;
+        if (p->cur != UINT32_MAX)
+            continue;
+        t = &p->index->tables[p->n];
+        for (s = p->tag & t->mask; t->slots[s].pos1 != 0 && t->slots[s].tag != p->tag;
+             s = (s + 1) & t->mask)
+            ;
+        p->cur = t->slots[s].pos1; /* 0: the n-gram is not there */
+        if (p->cur != 0)
+            prefetch_occurrence(p->index, p->n, p->cur);
+    }
+    for (i = 0; i < count; i++) { /* the guesses checked: the newest occurrences */
+        pld_probe *p = &probes[i];
+        const pld_index *ix = p->index;
+        if (p->cur == 0)
+            continue;
+        if (!tag_is_key(ix, p->key, p->n) &&
+            !keys_equal(ix->tokens + (p->cur - 1), p->key, p->n)) {
+            int found; /* another n-gram with the same tag: probe in full */
+            const size_t s = index_probe(ix, p->n, p->key, p->tag, &found);
+            p->cur = found ? ix->tables[p->n].slots[s].pos1 : 0;
+            if (p->cur == 0)
+                continue;
+        }
+        live++;
+    }
+    while (live > 0) { /* one step down every chain a round */
+        live = 0;
+        for (i = 0; i < count; i++) {
+            pld_probe *p = &probes[i];
+            const pld_index *ix = p->index;
+            const uint32_t cur = p->cur;
+            if (cur == 0 || p->found >= max)
+                continue;
+            /* as pld_index_continuations: the newest may end the sequence */
+            if (cur - 1 + p->n < ix->len)
+                p->starts[p->found++] = cur - 1 + p->n;
+            p->cur = ix->prev1[p->n][cur - 1];
+            if (p->cur != 0 && p->found < max) {
+                prefetch_occurrence(ix, p->n, p->cur);
+                live++;
+            }
+        }
+    }
+}
+
 pld_status pld_index_propose_tree_after(const pld_index *ix, const int64_t *context, size_t clen,
                                         size_t depth, size_t per_ngram, size_t max_nodes,
                                         const int64_t *eos, size_t n_eos, pld_tree_node *out,

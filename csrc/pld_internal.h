@@ -40,6 +40,30 @@ void pld_trie_insert(pld_trie *t, const int64_t *tokens, size_t count, uint32_t 
 size_t pld_index_continuations(const pld_index *index, const int64_t *key, size_t n,
                                size_t max, size_t *starts);
 
+/* One query of pld_index_continuations_many: index, key and n are the
+ * caller's; found and starts[0..found) are the answer; the rest is the
+ * batch's own. */
+typedef struct {
+    const pld_index *index;
+    const int64_t *key;
+    size_t n;
+    size_t found;
+    size_t starts[PLD_TREE_MAX_PER_NGRAM];
+    uint32_t tag, cur; /* private */
+} pld_probe;
+
+/* At most this many probes a batch. */
+#define PLD_PROBE_BATCH 16
+
+/* For each of probes[0..count): found = pld_index_continuations(index,
+ * key, n, max, starts), the same answer, but the batch's memory reads
+ * overlap: every probe's home slot is fetched before any is read, and
+ * each step down the RECENT chains of occurrences fetches the next step of
+ * all of them before it reads one. Requires count <= PLD_PROBE_BATCH, and
+ * for each probe min_n <= n <= max_n and 1 <= max <= PLD_TREE_MAX_PER_NGRAM.
+ * Reads the indexes only. */
+void pld_index_continuations_many(pld_probe *probes, size_t count, size_t max);
+
 /* Trim the sequence's arrays to its length (nothing else changes; on a
  * failed reallocation they simply stay as they are). A later extend grows
  * them again. */

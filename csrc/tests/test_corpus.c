@@ -305,7 +305,7 @@ static void test_corpus_random(void)
     int round;
     for (round = 0; round < 400; round++) {
         const size_t min_n = 1 + t_below(3), max_n = min_n + t_below(3);
-        const size_t max_tokens = 1 + t_below(120), segments = 1 + t_below(6);
+        const size_t max_tokens = 1 + t_below(120), segments = 1 + t_below(12);
         const size_t vocab = 1 + t_below(6);
         pld_corpus *c = pld_corpus_new(max_tokens, min_n, max_n, segments, t_next());
         ref_corpus r;
@@ -424,6 +424,76 @@ static void test_corpus_memory(size_t segments, int random_ids)
     pld_corpus_free(c);
 }
 
+/* Two different 2-grams that share a tag under the corpus's key, the
+ * later-filed one sitting past the other in the probe run: the batched
+ * lookup's first guess (the first slot with the tag) is the wrong n-gram
+ * for one of them, and each must still find its own continuations. */
+typedef struct {
+    uint32_t tag;
+    int64_t a, b;
+} tagged_pair;
+
+static int by_tag(const void *x, const void *y)
+{
+    const uint32_t p = ((const tagged_pair *)x)->tag, q = ((const tagged_pair *)y)->tag;
+    return (p > q) - (p < q);
+}
+
+static void test_corpus_tag_collision(void)
+{
+    enum { PAIRS = 300000 };
+    const uint64_t key = 0x5eedf00dull;
+    tagged_pair *pairs = malloc(PAIRS * sizeof(tagged_pair));
+    static pld_tree_node got[NODES], want[NODES];
+    size_t i, found = 0;
+    CHECK(pairs != NULL);
+    if (pairs == NULL)
+        return;
+    for (i = 0; i < PAIRS; i++) {
+        int64_t k[2];
+        k[0] = pairs[i].a = (int64_t)(i / 1000);
+        k[1] = pairs[i].b = (int64_t)(1000 + i % 1000);
+        pairs[i].tag = pld_index_ngram_tag(k, 2, key);
+    }
+    qsort(pairs, PAIRS, sizeof(tagged_pair), by_tag);
+    for (i = 0; i + 1 < PAIRS && found < 4; i++) {
+        const tagged_pair *x = &pairs[i], *y = &pairs[i + 1];
+        int order;
+        if (x->tag != y->tag)
+            continue;
+        found++;
+        for (order = 0; order < 2; order++) {
+            const tagged_pair *first = order ? y : x, *second = order ? x : y;
+            /* first filed, then second (its slot after first's), each with
+             * its own continuation */
+            const int64_t s1[4] = {first->a, first->b, 7777, 7778};
+            const int64_t s2[4] = {second->a, second->b, 8888, 8889};
+            pld_corpus *c = pld_corpus_new(100, 2, 2, 2, key);
+            ref_corpus r;
+            int q;
+            ref_corpus_init(&r, 100, 2, 2, 2);
+            CHECK(c != NULL && pld_corpus_add(c, s1, 4) == PLD_OK &&
+                  pld_corpus_add(c, s2, 4) == PLD_OK);
+            CHECK(ref_corpus_add(&r, s1, 4) == 0 && ref_corpus_add(&r, s2, 4) == 0);
+            for (q = 0; q < 2; q++) {
+                const int64_t ctx[2] = {q ? second->a : first->a, q ? second->b : first->b};
+                size_t n_got = 0, n_want;
+                CHECK(pld_corpus_propose_tree(c, ctx, 2, 2, 4, NODES, NULL, 0, got, &n_got) ==
+                      PLD_OK);
+                n_want = ref_corpus_tree(&r, ctx, 2, 2, 4, NODES, NULL, 0, want);
+                CHECKF(n_got == n_want && n_got == 2, "collision %zu order %d query %d: %zu nodes",
+                       found, order, q, n_got);
+                CHECK(ref_trees_equal(got, want, n_got < n_want ? n_got : n_want));
+                CHECK(n_got >= 1 && got[0].token == (q ? 8888 : 7777));
+            }
+            ref_corpus_clear(&r);
+            pld_corpus_free(c);
+        }
+    }
+    CHECKF(found >= 1, "no two of %d 2-grams share a tag", (int)PAIRS);
+    free(pairs);
+}
+
 int main(void)
 {
     test_after_hand();
@@ -432,6 +502,7 @@ int main(void)
     test_corpus_new_errors();
     test_corpus_hand();
     test_corpus_random();
+    test_corpus_tag_collision();
     test_corpus_memory(4, 0);
     test_corpus_memory(1, 1);
     test_corpus_memory(16, 1);
