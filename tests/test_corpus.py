@@ -779,7 +779,8 @@ def test_corpus_bench_runs(tmp_path):
     assert all(r["us_median"] > 0 and r["bytes_per_token"] > 0 for r in rows)
     # a call's time over its nodes, call by call, is at most its time: so is the median
     assert all(0 < r["us_per_node_median"] <= r["us_median"] for r in rows)
-    assert "us per node" in table
+    assert "us per node" in table and "no match (us)" in table
+    assert all(r["us_no_match_median"] > 0 for r in rows)
     bad = subprocess.run([sys.executable, "-m", "pld.bench", "lookup", "--corpus", "--corpus-sizes", "5",
                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--corpus-sizes" in bad.stderr

@@ -39,7 +39,9 @@ segments, n-grams 2..4. A cell is the median time of --corpus-calls
 propose_tree(context, 8, per_ngram=4, max_nodes=64) calls, each context the
 8 tokens before a random position of a random held sequence (so matches
 exist), timed one by one; with the build time, bytes per token held
-(nbytes / tokens) and the mean trie size. Writes corpus.md and
+(nbytes / tokens), the mean trie size, the median time per trie node, and
+the median time of as many calls whose context matches nothing (ids above
+the vocabulary: the probes alone), alternating with the others. Writes corpus.md and
 corpus.json into --out.
 
 One-shot methods run on the contexts stream[:L + s] for a few offsets s
@@ -1007,28 +1009,36 @@ def time_corpus(size: int, calls: int, seed: int = 0) -> Dict:
         s = held[int(rng.integers(len(held)))]
         at = int(rng.integers(min(8, len(s)), len(s) + 1))
         contexts.append(s[max(0, at - 8):at])
+    # ids above the vocabulary: no n-gram of these is held, so a call is
+    # the probes alone (every segment, every n)
+    misses = rng.integers(49152, 49152 + 1_000_000, (calls, 8)).tolist()
     propose = corpus.propose_tree
-    times, nodes, per_node = [], 0, []
+    times, nodes, per_node, miss_times = [], 0, [], []
     for ctx in contexts[:50]:  # warm-up
         propose(ctx, 8, per_ngram=4, max_nodes=64)
     gc_was = gc.isenabled()
     gc.disable()
     try:
-        for ctx in contexts:
+        for ctx, miss in zip(contexts, misses):
             t = time.perf_counter_ns()
             tree = propose(ctx, 8, per_ngram=4, max_nodes=64)
             times.append(time.perf_counter_ns() - t)
             nodes += len(tree[0])
             per_node.append(times[-1] / max(1, len(tree[0])))
+            t = time.perf_counter_ns()
+            propose(miss, 8, per_ngram=4, max_nodes=64)
+            miss_times.append(time.perf_counter_ns() - t)
     finally:
         if gc_was:
             gc.enable()
     times.sort()
     per_node.sort()
+    miss_times.sort()
     return {"size": size, "tokens": len(corpus), "sequences": corpus.num_sequences,
             "segments_used": corpus._core.segments_used, "build_s": build,
             "us_median": times[len(times) // 2] / 1e3, "us_p90": times[int(len(times) * 0.9)] / 1e3,
             "mean_nodes": nodes / len(contexts), "us_per_node_median": per_node[len(per_node) // 2] / 1e3,
+            "us_no_match_median": miss_times[len(miss_times) // 2] / 1e3,
             "nbytes": corpus.nbytes,
             "bytes_per_token": corpus.bytes_per_token, "calls": len(contexts)}
 
@@ -1037,13 +1047,16 @@ def corpus_table(rows: Sequence[Dict]) -> str:
     """The corpus rows as a markdown table. A call's work is bounded by its
     trie (at most max_nodes), whatever the corpus's size; the tries fill up
     as a bigger corpus matches more, so "us per node" (the median over calls
-    of time / nodes) shows the cost apart from how much was found."""
+    of time / nodes) shows the cost apart from how much was found, and "no
+    match" the cost of the probes alone (a context none of whose n-grams is
+    held: every segment and every n asked, nothing found)."""
     md = ["| corpus tokens | sequences | build (s) | propose_tree median (us) | p90 (us) | "
-          "nodes (mean) | us per node (median) | MB | bytes/token |", "|---|---|---|---|---|---|---|---|---|"]
+          "nodes (mean) | us per node (median) | no match (us) | MB | bytes/token |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         md.append(f"| {r['tokens']:,} | {r['sequences']:,} | {r['build_s']:.2f} | "
                   f"{r['us_median']:.2f} | {r['us_p90']:.2f} | {r['mean_nodes']:.1f} | "
-                  f"{r['us_per_node_median']:.3f} | "
+                  f"{r['us_per_node_median']:.3f} | {r['us_no_match_median']:.2f} | "
                   f"{r['nbytes'] / 1e6:.1f} | {r['bytes_per_token']:.1f} |")
     return "\n".join(md) + "\n"
 
