@@ -32,6 +32,9 @@ File format (:meth:`Corpus.save`, :meth:`Corpus.load`), little-endian:
                  n_sequences, n_tokens, token_bytes (4 or 8)  what follows
                  segments_used, evicted                       the state
                  vocab_size, signature, fingerprint           the binding (null: none)
+                 trust (optional)                             what drafting learned:
+                   {"layout": [4, 3, 5, 4], "buckets": [[n-gram, support, depth,
+                   agreement, hits, trials], ...]}
       16 + H   n_sequences lengths, uint32, oldest sequence first
                n_tokens ids, int32 (token_bytes 4: every id < 2**31) or int64
       end - 32 SHA-256 of every byte before it
@@ -44,22 +47,27 @@ its worth (:meth:`Corpus.acceptance`): the hits and trials of the corpus
 nodes' acceptance buckets, handed back by each generation as it ends and
 given to the next as it starts, so the width budget's trust in corpus
 drafts carries across calls (the last :data:`TRUST_WINDOW` trials a
-bucket; not saved to a file).
+bucket). It is saved with the corpus; a file whose trust was keyed under
+another bucket layout (pld.acceptance_buckets.LAYOUT: another pld) loads
+without it, with a warning.
 """
 from __future__ import annotations
 
 import array
 import hashlib
 import json
+import math
 import operator
 import os
 import struct
 import sys
 import tempfile
 import threading
+import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import _core
+from .acceptance_buckets import LAYOUT, is_bucket
 
 __all__ = ["Corpus", "tokenizer_fingerprint", "MAGIC", "VERSION"]
 
@@ -220,18 +228,27 @@ class Corpus:
     def learn(self, hits: Dict[Tuple[int, ...], float], trials: Dict[Tuple[int, ...], float]) -> None:
         """Add a generation's ``hits`` and ``trials`` of corpus nodes (per
         bucket, hits <= trials) to :meth:`acceptance`; a bucket past
-        :data:`TRUST_WINDOW` trials is scaled down to it."""
-        for b, t in trials.items():
-            h = hits.get(b, 0.0)
-            if not (0.0 <= h <= t):
-                raise ValueError(f"learn: bucket {b!r} has {h} hits in {t} trials")
+        :data:`TRUST_WINDOW` trials is scaled down to it. ValueError (nothing
+        learned) for a key that is not a bucket (pld.acceptance_buckets), a
+        count that is not a finite real number, or hits outside [0, trials]."""
+        for name, d in (("hits", hits), ("trials", trials)):
+            if not isinstance(d, dict):
+                raise TypeError(f"learn: {name} must be a dict, got {type(d).__name__}")
+            for b, v in d.items():
+                if not is_bucket(b):
+                    raise ValueError(f"learn: {name} key {b!r} is not an acceptance bucket")
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                    raise ValueError(f"learn: {name}[{b!r}] = {v!r} is not a finite number")
+        for b, h in hits.items():
+            if not 0.0 <= h <= trials.get(b, 0.0):
+                raise ValueError(f"learn: bucket {b!r} has {h} hits in {trials.get(b, 0.0)} trials")
         with self._lock:
             for b, t in trials.items():
                 if t <= 0.0:
                     continue
-                cell = self._trust.setdefault(tuple(b), [0.0, 0.0])
-                cell[0] += hits.get(b, 0.0)
-                cell[1] += t
+                cell = self._trust.setdefault(b, [0.0, 0.0])
+                cell[0] += float(hits.get(b, 0.0))
+                cell[1] += float(t)
                 if cell[1] > TRUST_WINDOW:
                     k = TRUST_WINDOW / cell[1]
                     cell[0], cell[1] = cell[0] * k, TRUST_WINDOW
@@ -353,6 +370,8 @@ class Corpus:
                 "segments_used": None, "evicted": self._evicted_base + self._core.evicted,
                 "vocab_size": self._vocab_size, "signature": self._signature,
                 "fingerprint": self._fingerprint,
+                "trust": {"layout": list(LAYOUT),
+                          "buckets": [[*b, h, t] for b, (h, t) in sorted(self._trust.items())]},
             }
         top = _max(tokens)
         header["token_bytes"] = 4 if top < (1 << 31) else 8
@@ -475,7 +494,36 @@ class Corpus:
             raise bad("the sequences do not fit the corpus's bounds")
         corpus._evicted_base = evicted
         corpus._signature, corpus._vocab_size = sig, vocab
+        corpus._trust = _read_trust(header.get("trust"), bad, path)
         return corpus
+
+
+def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]]:
+    """A loaded header's "trust" as Corpus._trust: {} if absent, or (with a
+    warning) if keyed under another bucket layout; ValueError via ``bad``
+    for anything else that is not what save writes."""
+    if trust is None:
+        return {}
+    if not isinstance(trust, dict) or not isinstance(trust.get("buckets"), list):
+        raise bad("trust must be an object with a list of buckets")
+    if trust.get("layout") != list(LAYOUT):
+        warnings.warn(f"corpus file {path!r}: its learned trust is keyed under another bucket layout "
+                      f"({trust.get('layout')!r}, this pld's is {list(LAYOUT)}); loaded without it",
+                      RuntimeWarning, stacklevel=3)
+        return {}
+    out: Dict[Tuple[int, ...], List[float]] = {}
+    for entry in trust["buckets"]:
+        if not isinstance(entry, list) or len(entry) != len(LAYOUT) + 2:
+            raise bad(f"a trust bucket must be [{len(LAYOUT)} ints, hits, trials], got {entry!r}")
+        key, (h, t) = tuple(entry[:len(LAYOUT)]), entry[len(LAYOUT):]
+        if not is_bucket(key) or key in out:
+            raise bad(f"trust bucket {list(key)!r} is not a bucket, or comes twice")
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in (h, t)) \
+                or not 0.0 <= h <= t <= TRUST_WINDOW or t <= 0.0:
+            raise bad(f"trust bucket {list(key)!r}: hits {h!r} and trials {t!r} must satisfy "
+                      f"0 <= hits <= trials <= {TRUST_WINDOW:g}, trials > 0")
+        out[key] = [float(h), float(t)]
+    return out
 
 
 class _Header:

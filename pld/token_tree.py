@@ -31,29 +31,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+# The acceptance model's buckets: their layout and meaning are there.
+from .acceptance_buckets import (AGREEMENT_BUCKETS, CORPUS, DEPTH_EDGES, DISAGREES, NGRAM_BUCKETS,
+                                 ORIGINS, PAIR_AGREES, ROW, SIBLING, SUPPORT_BUCKETS, TOKEN_AGREES,
+                                 UNKNOWN)
 from .attention_masks import additive
-
-#: Buckets of the acceptance model: source 0 (the model's own successors,
-#: pld.successors; "support" is then the successor's rank 1, 2, 3+) or
-#: n-gram size 1, 2, 3+; support 1, 2, 3+; depth 1, 2, 3-4, 5-8, 9+; and
-#: the node's agreement with what the model last predicted after the
-#: tokens before it (pld.successors.SuccessorTable.agreement): PAIR_AGREES
-#: (the prediction after its grandparent and parent tokens is this node),
-#: TOKEN_AGREES (no such pair seen; the prediction after its parent token
-#: is), DISAGREES, or UNKNOWN (nothing remembered after its parent, or no
-#: table: tree_successors=False). A prompt-lookup node the model also
-#: predicted is accepted several times as often as one it did not.
-NGRAM_BUCKETS = 4
-SUPPORT_BUCKETS = 3
-DEPTH_EDGES = (1, 2, 4, 8)
-AGREEMENT_BUCKETS = 4
-PAIR_AGREES, TOKEN_AGREES, DISAGREES, UNKNOWN = range(AGREEMENT_BUCKETS)
-#: Where a node's text was found (each origin learns its own buckets, from
-#: the same prior): the row's own sequence or the model's guesses, another
-#: row of the batch with the same prompt (pld.drafts.siblings), or a corpus
-#: of other sequences (pld.drafts.corpus_source).
-ORIGINS = 3
-ROW, SIBLING, CORPUS = range(ORIGINS)
 
 #: The prior: P(a node is accepted | its parent was) by [source / n-gram
 #: bucket][support or rank bucket][depth bucket][agreement bucket]

@@ -550,6 +550,19 @@ CORRUPTIONS = [
     ("forged-vocab", lambda d: _forge_header(d, vocab_size=3, signature=[3]), "vocabulary"),
     ("forged-segments-used", lambda d: _forge_header(d, segments_used=1), "segments"),
     ("forged-signature", lambda d: _forge_header(d, signature={"a": 1}), "signature"),
+    ("forged-trust-not-object", lambda d: _forge_header(d, trust=[1, 2]), "trust"),
+    ("forged-trust-no-bucket", lambda d: _forge_header(d, trust={"layout": [4, 3, 5, 4],
+                                                                  "buckets": [[9, 0, 0, 0, 1, 2]]}), "trust bucket"),
+    ("forged-trust-twice", lambda d: _forge_header(d, trust={"layout": [4, 3, 5, 4], "buckets": [
+        [1, 0, 0, 3, 1, 2], [1, 0, 0, 3, 1, 2]]}), "twice"),
+    ("forged-trust-hits", lambda d: _forge_header(d, trust={"layout": [4, 3, 5, 4],
+                                                             "buckets": [[1, 0, 0, 3, 3, 2]]}), "hits"),
+    ("forged-trust-window", lambda d: _forge_header(d, trust={"layout": [4, 3, 5, 4],
+                                                               "buckets": [[1, 0, 0, 3, 1, 1e9]]}), "trials"),
+    ("forged-trust-nan", lambda d: _forge_header(d, trust={"layout": [4, 3, 5, 4],
+                                                            "buckets": [[1, 0, 0, 3, float("nan"), 2]]}), "hits"),
+    ("forged-trust-short", lambda d: _forge_header(d, trust={"layout": [4, 3, 5, 4],
+                                                              "buckets": [[1, 0, 3, 1, 2]]}), "trust bucket"),
     ("header-not-json", lambda d: _resigned(d[:16] + b"{" * (struct.unpack_from("<I", d, 12)[0])
                                              + d[16 + struct.unpack_from("<I", d, 12)[0]:-32]), "header"),
 ]
@@ -601,6 +614,28 @@ def test_forged_bodies_are_refused(tmp_path):
         with pytest.raises(ValueError, match=f"forged{i}") as e:
             Corpus.load(bad)
         assert __import__("re").search(what, str(e.value)), (i, str(e.value))
+
+
+def test_learned_trust_is_saved_and_loaded(tmp_path):
+    from pld.acceptance_buckets import LAYOUT
+
+    c = _random_corpus(4)
+    c.learn({(1, 0, 0, 3): 3.0, (3, 2, 4, 0): 0.0}, {(1, 0, 0, 3): 7.0, (3, 2, 4, 0): 2.5})
+    c.learn({(1, 0, 0, 3): 900.0}, {(1, 0, 0, 3): 1200.0})  # past the window: scaled
+    c.save(tmp_path / "c.pld")
+    d = Corpus.load(tmp_path / "c.pld")
+    assert d.acceptance() == c.acceptance() and len(c.acceptance()[1]) == 2
+    # a file from a pld whose buckets are laid out otherwise loads without its trust
+    data = (tmp_path / "c.pld").read_bytes()
+    other = _forge_header(data, trust={"layout": [*LAYOUT[:3], LAYOUT[3] + 1],
+                                       "buckets": [[1, 0, 0, 3, 1.0, 2.0]]})
+    (tmp_path / "other.pld").write_bytes(other)
+    with pytest.warns(RuntimeWarning, match="another bucket layout"):
+        e = Corpus.load(tmp_path / "other.pld")
+    assert e.acceptance() == ({}, {}) and e.sequences() == c.sequences()
+    # a file written before trust was saved has none
+    (tmp_path / "old.pld").write_bytes(_forge_header(data, trust=None))
+    assert Corpus.load(tmp_path / "old.pld").acceptance() == ({}, {})
 
 
 def test_load_missing_file_is_an_os_error(tmp_path):

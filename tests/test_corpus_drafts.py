@@ -218,5 +218,17 @@ def test_learned_trust_keeps_a_window_and_refuses_nonsense():
     assert trials[b] == TRUST_WINDOW and hits[b] == pytest.approx(700.0 * TRUST_WINDOW / 1200.0)
     with pytest.raises(ValueError, match="hits"):
         corpus.learn({b: 5.0}, {b: 4.0})
+    for hits, trials, what in [({}, {(4, 0, 1, 3): 1.0}, "not an acceptance bucket"),
+                               ({}, {(3, 0, 1): 1.0}, "not an acceptance bucket"),
+                               ({}, {(True, 0, 1, 3): 1.0}, "not an acceptance bucket"),
+                               ({b: float("inf")}, {b: float("inf")}, "finite"),
+                               ({b: float("nan")}, {b: 4.0}, "finite"),
+                               ({b: 1.0}, {}, "hits"),
+                               ({b: -1.0}, {b: 4.0}, "hits")]:
+        with pytest.raises(ValueError, match=what):
+            corpus.learn(hits, trials)
+    with pytest.raises(TypeError, match="trials"):
+        corpus.learn({}, [(b, 1.0)])
+    assert corpus.acceptance()[1] == {b: TRUST_WINDOW}  # nothing refused was learned
     corpus.clear()
     assert corpus.acceptance()[1] == {b: TRUST_WINDOW}  # clear() keeps it
