@@ -7,6 +7,7 @@
  * "test_corpus: N passed, M failed" and exits nonzero if M > 0.
  */
 #include "pld.h"
+#include "pld_internal.h"
 #include "check.h"
 #include "naive_corpus.h"
 
@@ -424,6 +425,61 @@ static void test_corpus_memory(size_t segments, int random_ids)
     pld_corpus_free(c);
 }
 
+/* pld_index_continuations_many gives what pld_index_continuations gives,
+ * probe by probe, on indexes of every policy mixed in one batch: keys that
+ * end the sequence (whose newest occurrence has no continuation), keys
+ * found nowhere, sizes longer than the sequence. */
+static void test_continuations_many(void)
+{
+    static int64_t seq[200];
+    int round;
+    for (round = 0; round < 2000; round++) {
+        pld_index *ix[3];
+        pld_probe probes[PLD_PROBE_BATCH];
+        int64_t keys[PLD_PROBE_BATCH][4];
+        const size_t min_n = 1 + t_below(2), max_n = min_n + t_below(3);
+        const size_t len = t_below(200), vocab = 1 + t_below(5);
+        const size_t count = t_below(PLD_PROBE_BATCH + 1), max = 1 + t_below(PLD_TREE_MAX_PER_NGRAM);
+        size_t i, k;
+        for (i = 0; i < len; i++)
+            seq[i] = (int64_t)t_below(vocab);
+        for (k = 0; k < 3; k++) {
+            ix[k] = pld_index_new_keyed(min_n, max_n, k == 0 ? PLD_POLICY_RECENT
+                                                     : k == 1 ? PLD_POLICY_FIRST : PLD_POLICY_FREQUENT,
+                                        t_next());
+            CHECK(ix[k] != NULL && pld_index_extend(ix[k], seq, len) == PLD_OK);
+        }
+        for (i = 0; i < count; i++) {
+            pld_probe *p = &probes[i];
+            p->index = ix[t_below(4) == 0 ? 1 + t_below(2) : 0];
+            p->n = min_n + t_below(max_n - min_n + 1);
+            if (len >= p->n && t_below(3) == 0) { /* the sequence's own suffix */
+                memcpy(keys[i], seq + len - p->n, p->n * sizeof(int64_t));
+            } else if (len >= p->n && t_below(2) == 0) { /* an n-gram in it */
+                const size_t at = t_below(len - p->n + 1);
+                memcpy(keys[i], seq + at, p->n * sizeof(int64_t));
+            } else {
+                for (k = 0; k < p->n; k++)
+                    keys[i][k] = (int64_t)t_below(vocab + 1);
+            }
+            p->key = keys[i];
+            p->found = 99;
+        }
+        pld_index_continuations_many(probes, count, max);
+        for (i = 0; i < count; i++) {
+            size_t want[PLD_TREE_MAX_PER_NGRAM];
+            const size_t n_want =
+                pld_index_continuations(probes[i].index, probes[i].key, probes[i].n, max, want);
+            CHECKF(probes[i].found == n_want, "round %d probe %zu: %zu found, want %zu", round, i,
+                   probes[i].found, n_want);
+            CHECK(probes[i].found != n_want ||
+                  memcmp(probes[i].starts, want, n_want * sizeof(size_t)) == 0);
+        }
+        for (k = 0; k < 3; k++)
+            pld_index_free(ix[k]);
+    }
+}
+
 /* Two different 2-grams that share a tag under the corpus's key, the
  * later-filed one sitting past the other in the probe run: the batched
  * lookup's first guess (the first slot with the tag) is the wrong n-gram
@@ -503,6 +559,7 @@ int main(void)
     test_corpus_hand();
     test_corpus_random();
     test_corpus_tag_collision();
+    test_continuations_many();
     test_corpus_memory(4, 0);
     test_corpus_memory(1, 1);
     test_corpus_memory(16, 1);
