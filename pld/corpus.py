@@ -237,7 +237,7 @@ class Corpus:
             for b, v in d.items():
                 if not is_bucket(b):
                     raise ValueError(f"learn: {name} key {b!r} is not an acceptance bucket")
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                if not _is_count(v):
                     raise ValueError(f"learn: {name}[{b!r}] = {v!r} is not a finite number")
         for b, h in hits.items():
             if not 0.0 <= h <= trials.get(b, 0.0):
@@ -498,6 +498,11 @@ class Corpus:
         return corpus
 
 
+def _is_count(v: Any) -> bool:
+    """Is ``v`` a finite int or float (not a bool): a hit or trial count?"""
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
 def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]]:
     """A loaded header's "trust" as Corpus._trust: {} if absent, or (with a
     warning) if keyed under another bucket layout; ValueError via ``bad``
@@ -518,7 +523,7 @@ def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]
         key, (h, t) = tuple(entry[:len(LAYOUT)]), entry[len(LAYOUT):]
         if not is_bucket(key) or key in out:
             raise bad(f"trust bucket {list(key)!r} is not a bucket, or comes twice")
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in (h, t)) \
+        if not (_is_count(h) and _is_count(t)) \
                 or not 0.0 <= h <= t <= TRUST_WINDOW or t <= 0.0:
             raise bad(f"trust bucket {list(key)!r}: hits {h!r} and trials {t!r} must satisfy "
                       f"0 <= hits <= trials <= {TRUST_WINDOW:g}, trials > 0")
