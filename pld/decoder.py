@@ -229,7 +229,8 @@ class Decoder:
                self.config.linear_kernel, P, top)
         with torch.no_grad():
             return forward_cost.cached_or_measure(self.model.model, key, probe, widths,
-                                                  warm_up=self.rows[0].prompt_len < top)
+                                                  warm_up=self.rows[0].prompt_len < top,
+                                                  synchronize=forward_cost.synchronizer(self.input_ids.device))
 
     # -- verify ----------------------------------------------------------------
     def _forward(self, nodes: List[List[int]], parents: List[List[int]], depths: List[List[int]]) -> torch.Tensor:

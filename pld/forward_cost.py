@@ -12,6 +12,11 @@ Calibration happens before a generation's first drafted step and the table
 is then frozen for that generation (and kept for the model, per context
 size class), so a step's choice of width never reads the clock: seeded
 sampling repeats exactly.
+
+On a GPU a forward returns once its kernels are queued, not run: a clock
+read then times the launches. :func:`measure` therefore waits for the
+device (``synchronize``, from :func:`synchronizer`) before every clock
+read.
 """
 from __future__ import annotations
 
@@ -72,15 +77,35 @@ class ForwardCost:
         return f"ForwardCost({{{pairs}}})"
 
 
+def synchronizer(device: Any) -> Optional[Callable[[], None]]:
+    """What waits for the work queued on ``device`` (a torch.device or its
+    name): ``torch.cuda.synchronize`` for a CUDA device (and the like for
+    XPU and MPS), None for the CPU, whose forwards return when done."""
+    import torch
+
+    device = torch.device(device)
+    backend = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None),
+               "mps": getattr(torch, "mps", None)}.get(device.type)
+    if backend is None:
+        return None
+    if device.type == "mps":
+        return backend.synchronize
+    return lambda: backend.synchronize(device)
+
+
 def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
             repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
-            warm_up: bool = True) -> ForwardCost:
+            warm_up: bool = True, synchronize: Optional[Callable[[], None]] = None) -> ForwardCost:
     """Time ``forward(w)`` (a forward over w new tokens that leaves the
     model's state as it found it) ``repeats`` times at each width, widths
     interleaved, and keep each width's fastest time. ``warm_up`` first
     runs the widest once, untimed, to pay for allocations (no need when the
-    model has just run a forward at least as wide)."""
+    model has just run a forward at least as wide). ``synchronize`` (None
+    on the CPU) waits for the device before each clock read, so that a
+    time is the forward's work, not its launch."""
     import torch
+
+    wait = synchronize if synchronize is not None else _nothing
 
     global _calibrating
     best = [float("inf")] * len(widths)
@@ -94,13 +119,19 @@ def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
                 forward(widths[-1])
             for _ in range(repeats):
                 for j, w in enumerate(widths):
+                    wait()
                     t0 = clock()
                     forward(w)
+                    wait()
                     best[j] = min(best[j], clock() - t0)
     finally:
         with _LOCK:
             _calibrating -= 1
     return ForwardCost(widths, [max(s, 1e-9) for s in best])
+
+
+def _nothing() -> None:
+    pass
 
 
 _calibrating = 0
@@ -133,10 +164,11 @@ def size_class(context: int) -> int:
 
 def cached_or_measure(model: Any, key: Tuple, forward: Callable[[int], Any],
                       widths: Sequence[int] = WIDTHS, warm_up: bool = True,
-                      clock: Callable[[], float] = time.perf_counter) -> ForwardCost:
+                      clock: Callable[[], float] = time.perf_counter,
+                      synchronize: Optional[Callable[[], None]] = None) -> ForwardCost:
     """The model's table for ``key`` (its context size class, dtype, device,
-    kernels...), measured with ``forward`` (timed by ``clock``) the first
-    time it is asked for. Keeps the MAX_TABLES_PER_MODEL most recently used
+    kernels...), measured with ``forward`` (timed by ``clock``, after
+    ``synchronize``) the first time it is asked for. Keeps the MAX_TABLES_PER_MODEL most recently used
     tables of each model (a model that cannot be weakly referenced keeps
     none: measured every time). Safe across threads: the measuring runs
     outside the lock, and when two threads measure one key at once the
@@ -147,7 +179,7 @@ def cached_or_measure(model: Any, key: Tuple, forward: Callable[[int], Any],
         if table is not None:
             tables.move_to_end(key)
             return table
-    measured = measure(forward, widths, clock=clock, warm_up=warm_up)
+    measured = measure(forward, widths, clock=clock, warm_up=warm_up, synchronize=synchronize)
     if tables is None:
         return measured
     with _LOCK:
@@ -165,6 +197,15 @@ def _tables_of(model: Any) -> "Optional[collections.OrderedDict[Tuple, ForwardCo
         return _TABLES.setdefault(model, collections.OrderedDict())
     except TypeError:
         return None
+
+
+def tables(model: Any) -> "collections.OrderedDict[Tuple, ForwardCost]":
+    """A copy of the tables kept for ``model``, least recently used first."""
+    with _LOCK:
+        try:
+            return collections.OrderedDict(_TABLES.get(model, {}))
+        except TypeError:  # not weakly referenceable: nothing is kept for it
+            return collections.OrderedDict()
 
 
 def forget(model: Any) -> None:

@@ -124,3 +124,71 @@ def test_threads_measuring_one_key_at_once_get_one_table():
     assert got[0] is got[1]
     assert list(forward_cost._TABLES[model]) == ["k"]
     assert not forward_cost.calibrating()
+
+
+class _AsyncDevice:
+    """A fake GPU: a forward over w tokens queues w ticks of work and
+    returns after a launch of 0.01 ticks; ``synchronize`` runs the queue."""
+
+    def __init__(self) -> None:
+        self.now, self.queued, self.waits = 0.0, 0.0, 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def forward(self, w: int) -> None:
+        self.now += 0.01
+        self.queued += w
+
+    def synchronize(self) -> None:
+        self.waits += 1
+        self.now += self.queued
+        self.queued = 0.0
+
+
+def test_an_asynchronous_device_is_timed_after_its_work_is_done():
+    """Without waiting for the device, a clock read after a forward times
+    the launch: every width looks as cheap as one token. With the device's
+    synchronize, c(w) is the work's."""
+    unsynced = _AsyncDevice()
+    blind = forward_cost.measure(unsynced.forward, WIDTHS, clock=unsynced.clock)
+    assert blind.costs == (1.0, 1.0, 1.0)  # the defect a GPU would show
+    device = _AsyncDevice()
+    table = forward_cost.measure(device.forward, WIDTHS, clock=device.clock, synchronize=device.synchronize)
+    assert table.costs == pytest.approx((1.0, 2.01 / 1.01, 8.01 / 1.01))
+    assert device.waits == 2 * forward_cost.REPEATS * len(WIDTHS)  # before and after each timed forward
+    cached = forward_cost.cached_or_measure(_Model(), "k", device.forward, WIDTHS, clock=device.clock,
+                                            synchronize=device.synchronize)
+    assert cached.costs == pytest.approx(table.costs)
+
+
+def test_the_synchronizer_follows_the_device():
+    assert forward_cost.synchronizer("cpu") is None
+    assert callable(forward_cost.synchronizer("cuda"))  # made, not called: no GPU needed
+    assert callable(forward_cost.synchronizer("cuda:1"))
+
+
+def test_the_decoder_calibrates_with_its_devices_synchronizer(monkeypatch):
+    """The loop's calibration waits for the model's device before every
+    clock read (a counting stand-in for torch.cuda.synchronize)."""
+    import torch
+
+    from models_fixtures import tiny_model
+
+    import pld
+
+    waits = []
+    asked = []
+
+    def synchronizer(device):
+        asked.append(torch.device(device).type)
+        return lambda: waits.append(1)
+
+    monkeypatch.setattr(forward_cost, "synchronizer", synchronizer)
+    model = tiny_model()
+    forward_cost.forget(model)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]])
+    pld.generate(model, ids, max_new_tokens=6, eos_token_id=None)
+    forward_cost.forget(model)
+    assert asked == ["cpu"]
+    assert len(waits) >= 2 * forward_cost.REPEATS * 2  # two timed widths at least, each waited on twice
