@@ -1,6 +1,6 @@
 """The architecture matrix: every decoder-only architecture in the installed
 transformers' causal-LM mapping that builds from a small config
-(tests/arch_zoo.py), each through every path pld has, greedy in float32
+(pld/bench/arch_zoo.py), each through every path pld has, greedy in float32
 against plain greedy decoding, with contexts longer than the 64-token
 sliding window the tiny configs give where the architecture has one:
 
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 
 import pytest
 
@@ -40,12 +39,11 @@ def _model_types():
     if os.environ.get("PLD_SANITIZED"):  # the sanitizer stage runs no torch test
         return []
     try:
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+        from pld.bench import arch_zoo
+
+        return arch_zoo.model_types()
     except ImportError:
         return []
-    import arch_zoo
-
-    return sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(arch_zoo.VARIANTS))
 
 
 MODEL_TYPES = _model_types()
@@ -64,7 +62,7 @@ def _one_thread():
 def _model(model_type):
     import warnings
 
-    import arch_zoo
+    from pld.bench import arch_zoo
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -75,28 +73,21 @@ def _model(model_type):
 
 
 def _prompt(seed, n, vocab):
-    """n tokens that repeat stretches of a 30-token base: drafts match."""
-    rng = random.Random(seed)
-    base = [rng.randrange(3, vocab - 1) for _ in range(30)]
-    out = []
-    while len(out) < n:
-        out += base[:rng.randrange(8, 30)]
-    return out[:n]
+    from pld.bench import arch_zoo
+
+    return arch_zoo.periodic_prompt(seed, n, vocab)
 
 
 def _batch(prompts, pad):
-    import torch
+    from pld.bench import arch_zoo
 
-    L = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
-    return ids, mask
+    return arch_zoo.left_padded(prompts, pad)
 
 
 def _generate(model, ids, **kwargs):
     import torch
 
-    import arch_zoo
+    from pld.bench import arch_zoo
 
     with torch.no_grad():
         return model.generate(ids, pad_token_id=arch_zoo.VOCAB - 1, **kwargs)
@@ -107,7 +98,7 @@ def _pld_lines(caplog):
 
 
 def test_the_matrix_covers_at_least_40_architectures():
-    import arch_zoo
+    from pld.bench import arch_zoo
 
     runs, left_out = arch_zoo.census()
     assert len(runs) >= 40, left_out
@@ -120,7 +111,7 @@ def test_the_matrix_covers_at_least_40_architectures():
 def test_every_path_gives_greedy_tokens(model_type, caplog):
     import torch
 
-    import arch_zoo
+    from pld.bench import arch_zoo
     import pld
     from pld.hf_adapter import model_traits
 
@@ -207,7 +198,7 @@ def test_generation_options_as_plain_generate(model_type):
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
-    import arch_zoo
+    from pld.bench import arch_zoo
     import pld
 
     from pld.hf_adapter import model_traits

@@ -188,3 +188,33 @@ def census() -> Tuple[Tuple[str, ...], Dict[str, str]]:
         else:
             runs.append(model_type)
     return tuple(runs), left_out
+
+
+def model_types() -> List[str]:
+    """Every causal-LM model type of the installed transformers and the variants."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return sorted(set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) | set(VARIANTS))
+
+
+def periodic_prompt(seed: Any, n: int, vocab: int = VOCAB) -> List[int]:
+    """n tokens that repeat stretches of a 30-token random base (drafts
+    match), the same for the same seed."""
+    import random
+
+    rng = random.Random(seed)
+    base = [rng.randrange(3, vocab - 1) for _ in range(30)]
+    out: List[int] = []
+    while len(out) < n:
+        out += base[:rng.randrange(8, 30)]
+    return out[:n]
+
+
+def left_padded(prompts: List[List[int]], pad: int) -> Tuple[Any, Any]:
+    """(ids, attention mask) of ``prompts`` left-padded with ``pad``."""
+    import torch
+
+    L = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (L - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
