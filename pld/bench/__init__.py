@@ -29,6 +29,18 @@ Subcommands (see ``python -m pld bench --help``):
   corpus-stream
            Spec-Bench's six categories in order with one pld.Corpus kept
            across the calls, against none; a plot along the stream.
+  forward-cost
+           c(w) for w = 1..64 at several contexts (the device synchronised
+           around every forward), beside what pld's calibration measures.
+  exactness
+           on a device (a GPU): the share of outputs identical to plain
+           greedy for every pld path and transformers' prompt lookup, on
+           the architecture matrix and a hidden-2048 llama in each dtype.
+  host-time
+           time outside the model's forwards, per forward, of pld against
+           transformers' prompt lookup and greedy, at long contexts.
+  replay   the steps of a real model's pld runs (verified and accepted
+           tokens) replayed on a bigger model's forwards, against greedy.
 
 The modules here need the optional ``bench`` extras (numpy, matplotlib,
 tqdm); torch and transformers are used when importable.
@@ -44,6 +56,12 @@ SUBCOMMANDS = {
     "versus": ("versus", "this build against another (a previous commit): two workers alternating per prompt"),
     "siblings": ("siblings", "n samples a prompt with and without sibling drafts"),
     "corpus-stream": ("corpus_stream", "a stream of calls over Spec-Bench's six categories with one corpus vs none"),
+    "forward-cost": ("forward_curve", "c(w), a forward over w tokens against one, at several contexts; pld's "
+                     "calibration beside it"),
+    "exactness": ("exactness", "outputs identical to plain greedy on a device: every path, the architecture "
+                  "matrix and a hidden-2048 llama in each dtype"),
+    "host-time": ("host_time", "time outside the model's forwards per forward: pld vs transformers' prompt lookup"),
+    "replay": ("replay", "a real model's drafts and acceptance replayed on a bigger model's forwards (7B-shaped)"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 

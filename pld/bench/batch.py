@@ -37,13 +37,14 @@ from typing import Any, Callable, Dict, List
 METHODS = ("greedy", "pld", "pld_tree", "pld_full", "greedy_onednn")
 
 
-def _left_padded(tokenizer: Any, rows: List[Any]) -> Any:
+def left_padded(tokenizer: Any, rows: List[Any], device: Any = "cpu") -> Any:
+    """(ids, mask, pad id) of the [1, L_i] ``rows``, left-padded, on ``device``."""
     import torch
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     L = max(r.shape[1] for r in rows)
-    ids = torch.full((len(rows), L), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), L), dtype=torch.long)
+    ids = torch.full((len(rows), L), pad, dtype=torch.long, device=device)
+    mask = torch.zeros((len(rows), L), dtype=torch.long, device=device)
     for i, r in enumerate(rows):
         ids[i, L - r.shape[1]:] = r[0]
         mask[i, L - r.shape[1]:] = 1
@@ -111,24 +112,27 @@ def run(args: Any, prompts: List[Any], model: Any, tokenizer: Any, meter: Any, c
     for p in prompts:
         by_task.setdefault(p.task, []).append(chat_input_ids(tokenizer, list(p.turns[:1]), []))
     batches = [(task, rows[i:i + B]) for task, rows in by_task.items() for i in range(0, len(rows), B)]
-    _, _, pad = _left_padded(tokenizer, batches[0][1])
+    device = next(model.parameters()).device
+    _, _, pad = left_padded(tokenizer, batches[0][1])
     methods = _methods(model, args, pad)
     names = list(methods)
     eos = model.generation_config.eos_token_id
-    warm_ids, warm_mask, _ = _left_padded(tokenizer, batches[0][1])
+    warm_ids, warm_mask, _ = left_padded(tokenizer, batches[0][1], device)
     for fn in methods.values():  # warm-up (and the budget's calibration at this batch size)
         fn(warm_ids, warm_mask)
     results = []
     path = os.path.join(args.out, "batch_results.jsonl")
     with open(path, "w", encoding="utf-8") as log:
         for b, (task, rows) in enumerate(batches):
-            ids, mask, _ = _left_padded(tokenizer, rows)
+            ids, mask, _ = left_padded(tokenizer, rows, device)  # on the model's device
             order = names[b % len(names):] + names[:b % len(names)]
             outs = {}
             for m in order:
+                meter.sync()
                 meter.reset()
                 t0 = time.perf_counter()
                 seq = methods[m](ids, mask)
+                meter.sync()  # a GPU's queued work is part of the time
                 seconds = time.perf_counter() - t0
                 new = _rows_of(seq, ids.shape[1], eos, pad)
                 outs[m] = new

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     fingerprint = hashlib.sha1(json.dumps(config, sort_keys=True).encode()).hexdigest()[:12]
     results_path, done = _resume(args, fingerprint)
 
-    meter = ForwardMeter(model, synchronize=device.startswith("cuda"))
+    meter = ForwardMeter(model, device)
     if args.batch_size > 1:
         from . import batch
 
@@ -201,13 +201,11 @@ def _key(row: Dict[str, Any]) -> Tuple[str, int, str]:
 
 def measure(generate: Any, ids: Any, tokenizer: Any, meter: "ForwardMeter") -> Dict[str, Any]:
     """Run one generation; wall time, forward passes and the output."""
+    meter.sync()
     meter.reset()
     start = time.perf_counter()
     seq = generate(ids)
-    if meter.synchronize:
-        import torch
-
-        torch.cuda.synchronize()
+    meter.sync()
     seconds = time.perf_counter() - start
     new = seq[0, ids.shape[1]:].tolist()
     return {"prompt_tokens": int(ids.shape[1]), "new_tokens": len(new), "seconds": seconds,
@@ -238,10 +236,13 @@ class ForwardMeter:
     """Counts the model's forward passes and the time spent inside them,
     through module hooks (the same for every method). The forwards of a
     token tree's one-time cost calibration (pld.forward_cost) are not
-    counted; their time is in the generation's wall time."""
+    counted; their time is in the generation's wall time. On a GPU
+    (``device``) every clock read waits for the device first: :meth:`sync`."""
 
-    def __init__(self, model: Any, synchronize: bool = False) -> None:
-        self.synchronize = synchronize
+    def __init__(self, model: Any, device: Any = "cpu") -> None:
+        from pld import forward_cost
+
+        self._wait = forward_cost.synchronizer(device)
         self.calls = 0
         self.seconds = 0.0
         self._t0: Optional[float] = None
@@ -251,20 +252,19 @@ class ForwardMeter:
     def reset(self) -> None:
         self.calls, self.seconds = 0, 0.0
 
-    def _sync(self) -> None:
-        if self.synchronize:
-            import torch
-
-            torch.cuda.synchronize()
+    def sync(self) -> None:
+        """Wait for the work queued on the device (nothing on the CPU)."""
+        if self._wait is not None:
+            self._wait()
 
     def _before(self, module: Any, inputs: Any) -> None:
-        self._sync()
+        self.sync()
         self._t0 = time.perf_counter()
 
     def _after(self, module: Any, inputs: Any, output: Any) -> None:
         from pld import forward_cost
 
-        self._sync()
+        self.sync()
         if forward_cost.calibrating():  # measuring c(w) once per model: not a decoding step
             self._t0 = None
         elif self._t0 is not None:

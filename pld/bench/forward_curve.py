@@ -1,0 +1,251 @@
+"""c(w): what a forward over w new tokens costs against a one-token
+forward, for the --widths w (1 to 64), at each context length, on this device;
+and what pld's own calibration (pld.forward_cost, as the loop runs it)
+measures there, with and without waiting for the device.
+
+    python -m pld bench forward-cost --device cuda \\
+        --models shape:7b@bfloat16,embedded@float32 --contexts 1024,4096,16384
+
+For each model and context T: a random prompt of T tokens is prefilled
+into a DynamicCache (in chunks), then every width runs --repeats times,
+widths in a rotating order, each forward followed by a crop back to T.
+Every clock read waits for the device first (torch.cuda.synchronize on a
+GPU): a GPU forward returns when its kernels are queued, not done. A cell
+is the median. Then pld's decoder prefills another prompt of T
+tokens with token trees, which calibrates c(w) at its own widths (1, 2,
+8, 16, 32 and its widest) after the prefill; that table is set beside the
+curve, once as this release measures (synchronised) and once as a clock
+without synchronisation would (the previous release on a GPU).
+
+Models: ``embedded`` (SmolLM2-135M), a folder or .gguf, or ``shape:NAME``
+(pld.bench.shapes: 7b, 1b, wide, tiny), each with ``@dtype``. Writes
+table.md, results.json and forward_cost.png into --out.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import textwrap
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+from . import shapes
+
+SHOWN = (2, 4, 8, 16, 32, 64)  # the widths the table shows
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--models", default="embedded",
+                   help="comma-separated MODEL[@DTYPE]: embedded, a folder or .gguf, shape:7b|1b|wide|tiny "
+                        "(default: embedded)")
+    p.add_argument("--dtype", default="float32", help="dtype of a model without @DTYPE (default float32)")
+    p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
+    p.add_argument("--contexts", default="1024,4096,16384", help="context lengths (default %(default)s)")
+    p.add_argument("--widths", default="1,2,3,4,6,8,12,16,24,32,48,64",
+                   help="the widths timed, from 1 (default %(default)s)")
+    p.add_argument("--repeats", type=int, default=7, help="timings a width (median; default 7)")
+    p.add_argument("--no-calibration", action="store_true", help="skip pld's own calibration")
+    p.add_argument("--out", default=os.path.join("bench-out", "forward-cost"))
+
+
+def parse_models(spec: str, dtype: str) -> List[Tuple[Optional[str], str, str]]:
+    """[(model argument for shapes.load_model, dtype, label)] of ``spec``."""
+    out = []
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        name, _, d = item.partition("@")
+        out.append((None if name == "embedded" else name, d or dtype, item if d else f"{item}@{dtype}"))
+    if not out:
+        raise SystemExit("python -m pld bench forward-cost: --models names no model")
+    return out
+
+
+def _ids(n: int, vocab: int, seed: int, period: int = 0) -> Any:
+    """[1, n] token ids from a generator of their own (torch's global RNG
+    untouched); with ``period``, a random stretch of that length repeated."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    if not period:
+        return torch.randint(3, vocab - 1, (1, n), generator=gen)
+    base = torch.randint(3, vocab - 1, (1, period), generator=gen)
+    return base.repeat(1, n // period + 1)[:, :n]
+
+
+def _prefill(model: Any, keyword: str, ids: Any, chunk: int = 4096) -> Any:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for start in range(0, ids.shape[1], chunk):
+        model(ids[:, start:start + chunk], **{keyword: cache}, use_cache=True, logits_to_keep=1)
+    return cache
+
+
+def curve(model: Any, T: int, widths: List[int], repeats: int, wait: Any,
+          clock: Any = time.perf_counter) -> Dict[int, float]:
+    """{w: median seconds of a forward over w new tokens after T cached ones}."""
+    import torch
+
+    from pld.hf_adapter import model_traits
+
+    traits = model_traits(model)
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    with torch.no_grad():
+        cache = _prefill(model, traits.cache_argument, _ids(T, vocab, seed=T).to(device))
+        new = _ids(max(widths), vocab, seed=T + 1).to(device)
+        keep = {"logits_to_keep": 0} if traits.logits_to_keep else {}  # every position's logits, as a step
+        times: Dict[int, List[float]] = {w: [] for w in widths}
+        for r in range(repeats + 1):  # round 0 warms up
+            shift = r % len(widths)
+            for w in widths[shift:] + widths[:shift]:
+                wait()
+                t0 = clock()
+                model(new[:, :w], **{traits.cache_argument: cache}, use_cache=True, **keep)
+                wait()
+                if r:
+                    times[w].append(clock() - t0)
+                cache.crop(-w)  # (negative: drop w; every release reads it so)
+    del cache
+    return {w: statistics.median(ts) for w, ts in times.items()}
+
+
+@contextlib.contextmanager
+def _unsynchronized() -> Iterator[None]:
+    """pld's calibration as a clock without synchronisation sees the device
+    (what the previous release measured on a GPU)."""
+    from pld import forward_cost
+
+    real = forward_cost.synchronizer
+    forward_cost.synchronizer = lambda device: None
+    try:
+        yield
+    finally:
+        forward_cost.synchronizer = real
+
+
+def pld_calibration(model: Any, T: int, synchronized: bool) -> Dict[int, float]:
+    """The c(w) table pld's loop calibrates (pld.decoder.Decoder.calibrate,
+    token trees: widths up to 33) after the prefill of a prompt of T
+    tokens: {w: c(w)}. Nothing is kept for the model afterwards."""
+    import torch
+
+    from pld import forward_cost, loop
+    from pld.decoder import Decoder
+    from pld.hf_adapter import TransformersAdapter
+
+    device = next(model.parameters()).device
+    ids = _ids(T, model.config.vocab_size, seed=7).to(device)
+    config = loop.resolve_config(model, None, dict(max_new_tokens=64, draft_tree=True, eos_token_id=None))
+    cache = loop.default_cache(model, T, config)
+    adapter = TransformersAdapter(model, cache, config.linear_kernel)
+    decoder = Decoder(adapter, ids, loop._linear_if_no_tree(model, cache, config))
+    forward_cost.forget(model)
+    with torch.no_grad(), adapter.kernels(), (contextlib.nullcontext() if synchronized else _unsynchronized()):
+        decoder.step()  # the prefill
+        table = decoder.calibrate()
+    forward_cost.forget(model)
+    return dict(zip(table.widths, table.costs))
+
+
+def _one_model(name: Optional[str], dtype: str, label: str, args: argparse.Namespace, device: str) -> Dict[str, Any]:
+    import torch
+
+    from pld import forward_cost
+
+    model, _, described = shapes.load_model(name, dtype, device)
+    wait = forward_cost.synchronizer(device) or (lambda: None)
+    widths = sorted({1, *(int(w) for w in args.widths.split(",") if w.strip())})
+    out: Dict[str, Any] = {"model": described, "dtype": dtype, "contexts": {}}
+    for T in _contexts(args):
+        seconds = curve(model, T, widths, args.repeats, wait)
+        cell: Dict[str, Any] = {"seconds": seconds, "c": {w: s / seconds[1] for w, s in seconds.items()}}
+        if not args.no_calibration:
+            cell["pld_synchronized"] = pld_calibration(model, T, synchronized=True)
+            cell["pld_unsynchronized"] = pld_calibration(model, T, synchronized=False)
+        out["contexts"][T] = cell
+        print(_row(label, T, cell), flush=True)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    del model
+    return out
+
+
+def _contexts(args: argparse.Namespace) -> List[int]:
+    return [int(c) for c in args.contexts.split(",") if c.strip()]
+
+
+def _row(label: str, T: int, cell: Dict[str, Any]) -> str:
+    c = cell["c"]
+    shown = " | ".join(f"{c[w]:.2f}" if w in c else "" for w in SHOWN)
+    pld_cells = ""
+    if "pld_synchronized" in cell:
+        pld_cells = " | " + " | ".join(_pld(cell[k], c) for k in ("pld_synchronized", "pld_unsynchronized"))
+    return f"| {label} | {T:,} | {cell['seconds'][1] * 1e3:.2f} | {shown}{pld_cells} |"
+
+
+def _pld(table: Dict[int, float], measured: Dict[int, float]) -> str:
+    """pld's c at its widest calibrated width <= the curve's widest, beside the curve's."""
+    common = [w for w in table if w in measured and w > 1]
+    if not common:
+        return "-"
+    w = max(common)
+    return f"c({w}) = {table[w]:.2f} (curve {measured[w]:.2f})"
+
+
+def run(args: argparse.Namespace) -> int:
+    device = shapes.resolve_device(args.device)
+    header = ["| model | context | 1-token forward (ms) | " + " | ".join(f"c({w})" for w in SHOWN)
+              + ("" if args.no_calibration else " | pld calibration, synchronised | pld calibration, unsynchronised")
+              + " |"]
+    header.append("|---|--:|--:|" + "--:|" * len(SHOWN) + ("" if args.no_calibration else "---|---|"))
+    print("\n".join(header), flush=True)
+    results, lines = {}, list(header)
+    for name, dtype, label in parse_models(args.models, args.dtype):
+        results[label] = _one_model(name, dtype, label, args, device)
+        lines += [_row(label, T, cell) for T, cell in results[label]["contexts"].items()]
+    caption = (f"{device} ({shapes.describe_device(device)}); {shapes.versions_line()}; "
+               f"median of {args.repeats} timed forwards a width, the device synchronised around each")
+    text = "\n".join(lines) + f"\n\n{caption}\n"
+    print("\n" + text)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
+        json.dump({"device": device, "caption": caption, "results": results}, fh, indent=1)
+    plot(results, os.path.join(args.out, "forward_cost.png"), caption)
+    return 0
+
+
+def plot(results: Dict[str, Any], path: str, caption: str) -> None:
+    """c(w) against w: a panel a model, a line a context; pld's calibrated
+    points (synchronised: dots; unsynchronised: crosses)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 4.5), squeeze=False)
+    for ax, (label, res) in zip(axes[0], results.items()):
+        for i, (T, cell) in enumerate(res["contexts"].items()):
+            color = f"C{i}"
+            ws = sorted(int(w) for w in cell["c"])
+            ax.plot(ws, [cell["c"][w] for w in ws], color=color, label=f"context {int(T):,}")
+            for key, marker in (("pld_synchronized", "o"), ("pld_unsynchronized", "x")):
+                table = cell.get(key) or {}
+                if table:
+                    ax.plot(list(table), list(table.values()), marker, color=color, linestyle="none")
+        ax.set_title(f"{label}: {res['model']}", fontsize=9)
+        ax.set_xlabel("new tokens in the forward (w)")
+        ax.set_ylabel("c(w): time / one-token forward")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, title="o pld calibration, x without sync", title_fontsize=7)
+    fig.suptitle("\n".join(textwrap.wrap(caption, 60 * len(results) + 40)), fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

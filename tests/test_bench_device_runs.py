@@ -1,0 +1,63 @@
+"""The benchmarks made for a GPU run (.ci/gpu) run end to end on the CPU,
+at tiny sizes, and report what they claim: forward-cost, exactness,
+host-time and replay."""
+from __future__ import annotations
+
+import pytest
+
+from bench_runner import run_bench
+
+pytestmark = [pytest.mark.torch]
+
+
+def test_forward_cost_reports_a_curve_and_pld_calibration_per_context(tmp_path):
+    res = run_bench(tmp_path, "forward-cost", "--device", "cpu", "--models", "shape:tiny",
+                    "--contexts", "32,64", "--widths", "2,3,5,6", "--repeats", "1")
+    (label, model), = res["results"].items()
+    assert label == "shape:tiny@float32" and "random" in model["model"]
+    assert set(model["contexts"]) == {"32", "64"}
+    for cell in model["contexts"].values():
+        assert sorted(map(int, cell["c"])) == [1, 2, 3, 5, 6]
+        assert cell["c"]["1"] == 1.0 and all(s > 0 for s in cell["seconds"].values())
+        for key in ("pld_synchronized", "pld_unsynchronized"):
+            widths = sorted(map(int, cell[key]))
+            assert widths[0] == 1 and widths[-1] == 33  # a tree's widest: 32 nodes and the pending token
+    assert (tmp_path / "forward_cost.png").stat().st_size > 0
+    assert "| shape:tiny@float32 | 64 |" in (tmp_path / "table.md").read_text()
+
+
+def test_exactness_counts_identical_outputs_per_path(tmp_path):
+    res = run_bench(tmp_path, "exactness", "--device", "cpu", "--archs", "llama,mamba", "--wide-shape", "tiny",
+                    "--wide-dtypes", "float32", "--wide-prompts", "1")
+    llama = res["zoo"]["llama"]
+    assert all(llama[p] == "identical" for p in ("pld.generate", "draft_tree", "enable", "batch", "transformers",
+                                                 "sampling repeats", "rng untouched")), llama
+    assert "stateful" in res["zoo"]["mamba"]["refused"]
+    (wide,) = res["wide"]["float32"]
+    assert wide["pld.generate"] == wide["draft_tree"] == wide["batch"] == "identical"
+    table = (tmp_path / "table.md").read_text()
+    assert "| architecture matrix (1 tiny models) | float32 | 1/1 |" in table
+    assert "refused by pld's loop" in table and "mamba" in table
+
+
+def test_host_time_compares_methods_per_context(tmp_path):
+    res = run_bench(tmp_path, "host-time", "--device", "cpu", "--model", "shape:tiny", "--contexts", "40,80",
+                    "--prompts", "1", "--max-new-tokens", "6", "--methods", "greedy,transformers,pld")
+    assert set(res["results"]) == {"40", "80"}
+    for runs in res["results"].values():
+        assert set(runs) == {"greedy", "transformers", "pld"}
+        for (r,) in runs.values():
+            assert r["forwards"] >= 1 and r["new_tokens"] == 6 and r["host_ms_per_forward"] >= 0
+    assert "host vs transformers'" in (tmp_path / "table.md").read_text()
+
+
+def test_replay_times_recorded_steps_on_another_model(tmp_path):
+    res = run_bench(tmp_path, "replay", "--device", "cpu", "--source", "builtin", "--tasks", "summarization",
+                    "--target", "shape:tiny@float32", "--prompts", "1", "--max-new-tokens", "8")
+    (run,) = res["runs"]
+    assert 1 <= run["new_tokens"] <= 8  # (eos may end it early)
+    for kind in ("pld", "pld_tree"):
+        assert sum(kept for _, _, kept in run[kind]) == run["new_tokens"]
+        assert all(kept <= verified + 1 for verified, _, kept in run[kind])
+    assert set(run["seconds"]) == {"greedy", "pld", "pld_tree"}
+    assert "| summarization | pld_tree | 1 |" in (tmp_path / "table.md").read_text()
