@@ -1806,6 +1806,7 @@ typedef struct {
     size_t max_tokens, min_n, max_n, segments;
     uint64_t key;
     int int_cache_ok;        /* made in the interpreter the int cache serves */
+    int64_t vocab_limit;     /* ids added must be below it; -1: unbound (guarded by lock) */
 } CorpusObject;
 
 /* Run the statement (the rest of the arguments: a block may hold commas)
@@ -1880,6 +1881,7 @@ static int Corpus_init(CorpusObject *self, PyObject *args, PyObject *kwds)
     self->segments = segments;
     self->key = seed;
     self->int_cache_ok = int_cache != NULL && PyInterpreterState_Get() == int_cache_interp;
+    self->vocab_limit = -1;
     return 0;
 }
 
@@ -1895,9 +1897,9 @@ static PyObject *Corpus_add(CorpusObject *self, PyObject *tokens)
 {
     static const char arg[] = "tokens";
     token_input ti;
-    int64_t *owned = NULL;
+    int64_t *owned = NULL, limit = -1;
     const int64_t *data;
-    size_t i;
+    size_t i, beyond;
     pld_status st = PLD_OK;
     PyObject *result = NULL;
     if (corpus_check(self) < 0)
@@ -1909,6 +1911,7 @@ static PyObject *Corpus_add(CorpusObject *self, PyObject *tokens)
     }
     if (token_input_get(tokens, arg, 0, &ti) < 0)
         return NULL;
+    beyond = ti.len;
     if (ti.len > self->max_tokens) {
         PyErr_Format(PyExc_ValueError,
                      "%s: a sequence of %zu tokens is longer than the corpus's max_tokens (%zu)",
@@ -1936,7 +1939,23 @@ static PyObject *Corpus_add(CorpusObject *self, PyObject *tokens)
                          (long long)data[i], i);
             goto done;
         }
-    CORPUS_LOCKED(self, st = pld_corpus_add(self->corpus, data, ti.len));
+    /* the vocabulary bound is read under the lock that _bind_vocab sets it
+     * under: no id beyond it gets in, whichever thread binds meanwhile */
+    CORPUS_LOCKED(self, {
+        limit = self->vocab_limit;
+        for (i = 0; limit >= 0 && i < ti.len && beyond == ti.len; i++)
+            if (data[i] >= limit)
+                beyond = i;
+        if (beyond == ti.len)
+            st = pld_corpus_add(self->corpus, data, ti.len);
+    });
+    if (beyond < ti.len) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: token id %lld (at position %zu) is beyond the vocabulary of %lld ids "
+                     "the corpus is bound to", arg, (long long)data[beyond], beyond,
+                     (long long)limit);
+        goto done;
+    }
     if (st != PLD_OK) {
         raise_status(st, arg);
         goto done;
@@ -1947,6 +1966,37 @@ done:
     PyMem_Free(owned);
     token_input_release(&ti);
     return result;
+}
+
+/* _bind_vocab(vocab_size, set): under the lock, the largest id held if it
+ * is >= vocab_size (the corpus holds an id the model lacks), else -1 and,
+ * when set is true and no bound is set yet, vocab_size becomes the bound
+ * every later add is checked against. */
+static PyObject *Corpus_bind_vocab(CorpusObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    size_t vocab;
+    int set;
+    int64_t top = -1;
+    if (corpus_check(self) < 0)
+        return NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "_bind_vocab(vocab_size, set): expected 2 arguments");
+        return NULL;
+    }
+    if (parse_size(args[0], "vocab_size", 1, PY_SSIZE_T_MAX, &vocab) < 0)
+        return NULL;
+    if ((set = PyObject_IsTrue(args[1])) < 0)
+        return NULL;
+    CORPUS_LOCKED(self, {
+        top = pld_corpus_max_id(self->corpus);
+        if (top >= 0 && (uint64_t)top >= (uint64_t)vocab)
+            set = 0;
+        else
+            top = -1;
+        if (set && self->vocab_limit < 0)
+            self->vocab_limit = (int64_t)vocab;
+    });
+    return PyLong_FromLongLong(top);
 }
 
 static PyObject *Corpus_propose_tree(CorpusObject *self, PyObject *const *args, Py_ssize_t nargs,
@@ -2143,8 +2193,13 @@ static PyObject *Corpus_repr(CorpusObject *self)
 static PyMethodDef Corpus_methods[] = {
     {"add", (PyCFunction)Corpus_add, METH_O,
      "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor or\n"
-     "array): ids >= 0, at most max_tokens of them; an empty one is ignored. Then, while\n"
-     "more than max_tokens tokens are held, the oldest segment is dropped."},
+     "array): ids >= 0 (and below the bound _bind_vocab set), at most max_tokens of them;\n"
+     "an empty one is ignored. Then, while more than max_tokens tokens are held, the\n"
+     "oldest segment is dropped."},
+    {"_bind_vocab", (PyCFunction)(void (*)(void))Corpus_bind_vocab, METH_FASTCALL,
+     "_bind_vocab(vocab_size, set)\n--\n\nThe largest id held if it is >= vocab_size, else -1;\n"
+     "with set true, vocab_size becomes the bound later adds are checked against (the\n"
+     "first bound stays)."},
     {"propose_tree", (PyCFunction)(void (*)(void))Corpus_propose_tree,
      METH_FASTCALL | METH_KEYWORDS,
      "propose_tree(context, depth, per_ngram=4, max_nodes=64, eos_token_id=None)\n--\n\n"

@@ -56,9 +56,12 @@ from __future__ import annotations
 import array
 import hashlib
 import json
+import logging
 import math
 import operator
 import os
+import re
+import stat
 import struct
 import sys
 import tempfile
@@ -70,6 +73,8 @@ from . import _core
 from .acceptance_buckets import LAYOUT, is_bucket
 
 __all__ = ["Corpus", "tokenizer_fingerprint", "MAGIC", "VERSION"]
+
+logger = logging.getLogger("pld")
 
 MAGIC = b"PLDCORP\x00"
 VERSION = 1
@@ -117,14 +122,16 @@ def _signature(value: Any, name: str = "signature") -> Tuple:
     """A model signature as nested tuples of None, bool, int and str (what
     JSON keeps); lists become tuples."""
     def norm(v: Any) -> Any:
-        if v is None or isinstance(v, (bool, str)):
+        # exact str, int and tuple: the values are compared under the lock,
+        # where a subclass's __eq__ (caller code) must not run
+        if v is None or isinstance(v, bool):
             return v
-        if isinstance(v, int):
-            return int(v)
+        if isinstance(v, str):
+            return _exact_str(v)
         if isinstance(v, (tuple, list)):
             return tuple(norm(x) for x in v)
         try:
-            return operator.index(v)  # NumPy / torch integers
+            return int.__index__(operator.index(v))  # ints, NumPy / torch integers
         except TypeError:
             raise TypeError(f"{name}: expected a tuple of ints, None, strings or tuples of them, "
                             f"got an item of type {type(v).__name__}") from None
@@ -132,6 +139,11 @@ def _signature(value: Any, name: str = "signature") -> Tuple:
     if not isinstance(value, (tuple, list)):
         raise TypeError(f"{name}: expected a tuple, got {type(value).__name__}")
     return norm(value)
+
+
+def _exact_str(value: Any) -> str:
+    """A str (subclass) as a plain str, its own methods not called."""
+    return str.__str__(value)
 
 
 def _on_cpu(tokens: Any, tail: Optional[int] = None) -> Any:
@@ -169,6 +181,7 @@ class Corpus:
             raise ValueError(f"min_ngram ({min_ngram}) must not exceed max_ngram ({max_ngram})")
         if fingerprint is not None and not isinstance(fingerprint, str):
             raise TypeError(f"fingerprint must be a str or None, got {type(fingerprint).__name__}")
+        fingerprint = None if fingerprint is None else _exact_str(fingerprint)
         if hash_seed is not None:
             hash_seed = _int_arg("hash_seed", hash_seed, 0, (1 << 64) - 1)
         self._core = _core.Corpus(max_tokens, min_ngram, max_ngram, segments, hash_seed)
@@ -184,10 +197,30 @@ class Corpus:
     def add(self, tokens: Any) -> None:
         """Add one sequence: a list or tuple of ints, or a 1-D integer tensor
         or array (read without a copy where it can be; a tensor on an
-        accelerator is copied to the CPU). Ids must be >= 0; at most
-        ``max_tokens`` of them; an empty sequence is ignored. The oldest
+        accelerator is copied to the CPU). Ids must be >= 0, and below the
+        vocabulary size of a bound corpus (:meth:`bind`); at most
+        ``max_tokens`` of them; an empty sequence is ignored (ValueError
+        naming ``tokens`` otherwise, and nothing is added). The oldest
         generation goes while more than ``max_tokens`` tokens are held."""
         self._core.add(_on_cpu(tokens))
+
+    def offer(self, tokens: List[int]) -> bool:
+        """Add a finished generation's output (a list of ids) as far as the
+        corpus can take it, never at the cost of the output: an output
+        longer than ``max_tokens`` gives its last ``max_tokens`` tokens, one
+        the corpus refuses (an id beyond the vocabulary it is bound to) is
+        left out. Each says why in a warning on the "pld" logger. Whether
+        anything was added."""
+        if len(tokens) > self.max_tokens:
+            logger.warning("pld: the corpus (max_tokens %d) keeps the last %d of an output's %d tokens",
+                           self.max_tokens, self.max_tokens, len(tokens))
+            tokens = tokens[-self.max_tokens:]
+        try:
+            self.add(tokens)
+        except ValueError as error:  # the corpus is optional: the output stands
+            logger.warning("pld: an output was not added to the corpus (%s)", error)
+            return False
+        return bool(tokens)
 
     def propose_tree(self, context: Any, depth: int, *, per_ngram: int = 4, max_nodes: int = 64,
                      eos_token_id: Any = None) -> Tuple[List[int], List[int], List[int], List[int], List[int]]:
@@ -230,16 +263,10 @@ class Corpus:
         bucket, hits <= trials) to :meth:`acceptance`; a bucket past
         :data:`TRUST_WINDOW` trials is scaled down to it. ValueError (nothing
         learned) for a key that is not a bucket (pld.acceptance_buckets), a
-        count that is not a finite real number, or hits outside [0, trials]."""
-        for name, d in (("hits", hits), ("trials", trials)):
-            if not isinstance(d, dict):
-                raise TypeError(f"learn: {name} must be a dict, got {type(d).__name__}")
-            for b, v in d.items():
-                if not is_bucket(b):
-                    raise ValueError(f"learn: {name} key {b!r} is not an acceptance bucket")
-                if not _is_count(v):
-                    raise ValueError(f"learn: {name}[{b!r}] = {v!r} is not a finite number")
-        for b, h in hits.items():
+        count that is not a finite real number, or hits outside [0, trials].
+        The counts are copied before the corpus's lock is taken."""
+        hits, trials = _counts("hits", hits), _counts("trials", trials)  # plain copies: no caller
+        for b, h in hits.items():                                        # code under the lock
             if not 0.0 <= h <= trials.get(b, 0.0):
                 raise ValueError(f"learn: bucket {b!r} has {h} hits in {trials.get(b, 0.0)} trials")
         with self._lock:
@@ -247,8 +274,8 @@ class Corpus:
                 if t <= 0.0:
                     continue
                 cell = self._trust.setdefault(b, [0.0, 0.0])
-                cell[0] += float(hits.get(b, 0.0))
-                cell[1] += float(t)
+                cell[0] += hits.get(b, 0.0)
+                cell[1] += t
                 if cell[1] > TRUST_WINDOW:
                     k = TRUST_WINDOW / cell[1]
                     cell[0], cell[1] = cell[0] * k, TRUST_WINDOW
@@ -316,18 +343,20 @@ class Corpus:
         ``signature`` (e.g. (vocab_size, bos, eos, pad) from the model's
         config). The first call records them; a later one with another
         signature raises ValueError (another tokenizer?), and every call
-        raises ValueError if an id held is >= vocab_size. Ids alone cannot
+        raises ValueError if an id held is >= vocab_size. Once bound, the
+        corpus refuses to add ids >= the first vocab_size. Ids alone cannot
         tell apart two tokenizers with the same vocabulary size and special
         ids: see :meth:`check_fingerprint`."""
         vocab_size = _int_arg("vocab_size", vocab_size, 1, (1 << 63) - 1)
-        signature = _signature(signature)
+        signature = _signature(signature)  # plain values: compared under the lock
         with self._lock:
             if self._signature is not None and signature != self._signature:
                 raise ValueError(f"corpus: built for a model with signature {self._signature!r} "
                                  f"(vocab_size {self._vocab_size}), used with {signature!r} "
                                  f"(vocab_size {vocab_size}): another tokenizer?")
-            top = self._core.max_id
-            if top >= vocab_size:
+            # (the first binding also makes every later add refuse ids >= vocab_size)
+            top = self._core._bind_vocab(vocab_size, self._signature is None)
+            if top >= 0:
                 raise ValueError(f"corpus: holds token id {top}, beyond the model's vocabulary of "
                                  f"{vocab_size} ids: built with another tokenizer?")
             if self._signature is None:
@@ -339,6 +368,7 @@ class Corpus:
         takes this one."""
         if not isinstance(fingerprint, str):
             raise TypeError(f"fingerprint must be a str, got {type(fingerprint).__name__}")
+        fingerprint = _exact_str(fingerprint)  # compared under the lock
         with self._lock:
             if self._fingerprint is None:
                 self._fingerprint = fingerprint
@@ -359,7 +389,9 @@ class Corpus:
 
     def save(self, path: Any) -> None:
         """Write the corpus to ``path`` (format: the module's docstring),
-        atomically: a temporary file in the same folder, then os.replace."""
+        atomically: a temporary file in the same folder, then os.replace.
+        The file keeps the mode of the one it replaces; a new one gets the
+        umask's (0644 under the usual 022)."""
         path = os.fspath(path)
         with self._lock:
             tokens, lengths = self._snapshot()
@@ -383,8 +415,10 @@ class Corpus:
         for p in parts:
             digest.update(p)
         folder = os.path.dirname(os.path.abspath(path))
+        mode = _file_mode(path)
         fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
         try:
+            _chmod(fd, tmp, mode)  # (mkstemp makes it 0600)
             with os.fdopen(fd, "wb") as f:
                 for p in parts:
                     f.write(p)
@@ -404,20 +438,17 @@ class Corpus:
         """A corpus read from a file :meth:`save` wrote. ValueError, naming
         the file and what is wrong, for anything but such a file: a wrong
         magic or version, a bad checksum, a truncated file, sizes that do
-        not add up, negative ids, settings or lengths beyond the limits.
-        Nothing is allocated beyond the file's own size."""
+        not add up, negative ids, settings or lengths beyond the limits, a
+        header nested deeper than any save writes, something that is not a
+        regular file (a device, a pipe: refused before it is read). Nothing
+        is read or allocated beyond the largest file the format allows."""
         path = os.fspath(path)
 
         def bad(what: str) -> ValueError:
             return ValueError(f"corpus file {path!r}: {what}")
 
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size > _MAX_FILE:
-                raise bad(f"{size} bytes, more than any corpus file can hold")
-            data = f.read()
-        if len(data) != size:
-            raise bad(f"read {len(data)} bytes of {size}")
+        data = _read_regular_file(path, _MAX_FILE, bad)
+        size = len(data)
         if size < _PREFIX.size + _DIGEST:
             raise bad(f"truncated: {size} bytes")
         magic, version, hlen = _PREFIX.unpack_from(data, 0)
@@ -430,9 +461,15 @@ class Corpus:
         if hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
             raise bad("checksum mismatch: the file is corrupt or truncated")
         try:
-            header = json.loads(data[_PREFIX.size:_PREFIX.size + hlen].decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
+            text = data[_PREFIX.size:_PREFIX.size + hlen].decode("utf-8")
+        except UnicodeDecodeError as e:
             raise bad(f"unreadable header ({e})") from None
+        if _json_depth(text) > _MAX_HEADER_DEPTH:
+            raise bad(f"the header nests deeper than {_MAX_HEADER_DEPTH} levels")
+        try:
+            header = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise bad(f"unreadable header ({type(e).__name__}: {str(e)[:200]})") from None
         if not isinstance(header, dict):
             raise bad("the header is not a JSON object")
         h = _Header(header, bad)
@@ -494,13 +531,52 @@ class Corpus:
             raise bad("the sequences do not fit the corpus's bounds")
         corpus._evicted_base = evicted
         corpus._signature, corpus._vocab_size = sig, vocab
+        if vocab is not None:  # (the ids were checked against it above)
+            corpus._core._bind_vocab(vocab, True)
         corpus._trust = _read_trust(header.get("trust"), bad, path)
         return corpus
 
 
+def _count(v: Any) -> Optional[float]:
+    """``v`` as a float if it is a finite int or float (not a bool): a hit
+    or trial count; else None (an int too large for a float too)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)  # (once: a subclass's __float__ may answer differently twice)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _short(v: Any) -> str:
+    """repr(v), cut to 40 characters (a huge int has thousands of digits)."""
+    try:
+        text = repr(v) if not isinstance(v, int) or abs(v) < 10 ** 30 else f"an int of {v.bit_length()} bits"
+    except ValueError:
+        text = f"a {type(v).__name__}"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _is_count(v: Any) -> bool:
-    """Is ``v`` a finite int or float (not a bool): a hit or trial count?"""
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    return _count(v) is not None
+
+
+def _counts(name: str, counts: Any) -> Dict[Tuple[int, ...], float]:
+    """``counts`` (a dict of bucket -> count) as a new dict of plain tuples
+    and floats; TypeError or ValueError naming ``name`` otherwise."""
+    if not isinstance(counts, dict):
+        raise TypeError(f"learn: {name} must be a dict, got {type(counts).__name__}")
+    out: Dict[Tuple[int, ...], float] = {}
+    for b, v in list(counts.items()):
+        key = tuple(b) if isinstance(b, tuple) else b
+        if not is_bucket(key):
+            raise ValueError(f"learn: {name} key {b!r} is not an acceptance bucket")
+        f = _count(v)
+        if f is None:
+            raise ValueError(f"learn: {name}[{key!r}] = {_short(v)} is not a finite number")
+        out[key] = f
+    return out
 
 
 def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]]:
@@ -529,6 +605,75 @@ def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]
                       f"0 <= hits <= trials <= {TRUST_WINDOW:g}, trials > 0")
         out[key] = [float(h), float(t)]
     return out
+
+
+#: How deep a header's JSON may nest (save writes 4 levels: the trust's buckets).
+_MAX_HEADER_DEPTH = 16
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]")
+
+
+def _json_depth(text: str) -> int:
+    """The deepest nesting of JSON arrays and objects in ``text``
+    (brackets inside strings do not count), found without parsing."""
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
+        depth += 1 if ch in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def _read_regular_file(path: str, limit: int, bad) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them:
+    ValueError via ``bad`` for a device, a pipe or a directory (opened
+    without blocking, checked before any read) and for a larger file."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise bad("not a regular file")
+        if info.st_size > limit:
+            raise bad(f"{info.st_size} bytes, more than any corpus file can hold")
+        data = f.read(info.st_size + 1)  # bounded: one byte more tells a file that grew
+    if len(data) != info.st_size:
+        raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")
+    return data
+
+
+def _file_mode(path: str) -> int:
+    """The mode a saved file gets: the one it replaces keeps its own; a
+    new one gets 0666 less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask: from /proc where there is one, else by setting
+    it and putting it back (under a lock: no other thread of pld's sets it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        old = os.umask(0o022)
+        os.umask(old)
+    return old
+
+
+def _chmod(fd: int, path: str, mode: int) -> None:
+    if hasattr(os, "fchmod"):
+        os.fchmod(fd, mode)
+    else:  # pragma: no cover - Windows
+        os.chmod(path, mode)
 
 
 class _Header:

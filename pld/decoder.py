@@ -43,7 +43,8 @@ from .drafts.base import Proposal, cut_at_eos
 from .records import LoopResult, LoopStats, StepRecord
 from .row_state import INITIAL_NEW_TOKENS, Row
 from .slot_table import SlotTable
-from .token_tree import CORPUS, AcceptanceModel, TokenTree, block_visibility, is_chain, local_parents
+from .token_tree import (CORPUS, AcceptanceModel, TokenTree, block_visibility, is_chain, local_parents,
+                         within_vocabulary)
 from .width_budget import CHAIN_EXPLORATION, NO_BUDGET, WidthBudget
 
 __all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESSORS", "INITIAL_NEW_TOKENS",
@@ -88,6 +89,7 @@ class Decoder:
         mask = check_left_padded(input_ids, attention_mask) if B > 1 else attention_mask
         self.model, self.config, self.input_ids = model, config, input_ids
         self.eos = tuple(config.eos_token_id)
+        self.vocab = model.vocab_size  # draft tokens must be ids the model embeds
         self.processors = [in_batch(p, B) for p in logits_processor] + config.warpers()
         self.row_wise = all(type(p).__name__ in ROW_WISE_PROCESSORS for p in self.processors)
         self.criteria, self.streamer, self.on_step = list(stopping_criteria), streamer, on_step
@@ -200,6 +202,7 @@ class Decoder:
         tree = TokenTree([], [], [], [], [])
         for source in self.sources:
             tree = source.propose(row, tree, ask)
+        tree = within_vocabulary(tree, self.vocab)  # no source feeds the model an id it lacks
         return tree if len(tree) else None
 
     def _cost(self) -> forward_cost.ForwardCost:
@@ -350,7 +353,7 @@ class Decoder:
         corpus = self.config.corpus
         if corpus is not None and self.config.corpus_add:
             for i in finished:
-                corpus.add(self.rows[i].new_tokens())
+                corpus.offer(self.rows[i].new_tokens())  # never at the cost of the output
         if len(finished) == len(self.rows):
             self.done = True
             self._teach_corpus()

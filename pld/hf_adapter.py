@@ -289,6 +289,7 @@ class TransformersAdapter:
         if self.traits.reason is not None:
             raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {self.traits.reason}")
         self.dtype = _model_dtype(model)
+        self.vocab_size = _input_vocabulary(model)
         self._kernel_mode = linear_kernel
         self._kernel: Optional[LinearKernel] = None
         if hasattr(cache, "activate_past_recording"):
@@ -394,6 +395,24 @@ class TransformersAdapter:
                 f"model: {name} did not fill the KV cache passed as {self.traits.cache_argument} (it holds "
                 f"{held} tokens after a forward over {expected}); pld's loop needs a model that uses the "
                 "cache it is given (use plain model.generate() for this model)")
+
+
+def _input_vocabulary(model: Any) -> Optional[int]:
+    """How many token ids the model embeds (its input embedding's rows,
+    else its config's vocab_size; None when neither says)."""
+    try:
+        embeddings = model.get_input_embeddings()
+    except (AttributeError, NotImplementedError):
+        embeddings = None
+    rows = getattr(embeddings, "num_embeddings", None)
+    if rows is None:
+        weight = getattr(embeddings, "weight", None)
+        rows = weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
+    if rows is None:
+        config = getattr(model, "config", None)
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        rows = getattr(text, "vocab_size", None)
+    return int(rows) if isinstance(rows, int) and rows > 0 else None
 
 
 def _model_dtype(model: Any) -> torch.dtype:

@@ -210,6 +210,30 @@ def with_subtree(tree: TokenTree, token: int, ngram: int, support: int, below: T
     return out
 
 
+def within_vocabulary(tree: TokenTree, vocab: Optional[int]) -> TokenTree:
+    """``tree`` without the nodes whose token is not an id in [0, vocab)
+    (nor their descendants); ``tree`` itself when every node is (or vocab
+    is None: unknown)."""
+    if vocab is None or all(0 <= t < vocab for t in tree.tokens):
+        return tree
+    new_index: List[int] = []
+    kept: List[int] = []
+    for j, (t, p) in enumerate(zip(tree.tokens, tree.parents)):
+        ok = 0 <= t < vocab and (p < 0 or new_index[p] >= 0)
+        new_index.append(len(kept) if ok else -1)
+        if ok:
+            kept.append(j)
+    out = TokenTree([tree.tokens[j] for j in kept],
+                    [-1 if tree.parents[j] < 0 else new_index[tree.parents[j]] for j in kept],
+                    [tree.depths[j] for j in kept], [tree.ngrams[j] for j in kept],
+                    [tree.supports[j] for j in kept])
+    if tree.agreement is not None:
+        out.agreement = [tree.agreement[j] for j in kept]
+    if tree.origins is not None:
+        out.origins = [tree.origins[j] for j in kept]
+    return out
+
+
 def origins_of(tree: TokenTree) -> List[int]:
     """Every node's origin (ROW where the tree records none)."""
     return list(tree.origins) if tree.origins is not None else [ROW] * len(tree.tokens)

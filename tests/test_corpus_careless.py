@@ -1,0 +1,303 @@
+"""pld.Corpus under careless and hostile use: no output lost, no unchecked
+id, no unbounded read, no exception but the documented ones, the file mode
+a user expects, no caller code under the corpus's lock.
+
+The tests that generate need torch (marked); the rest run under the
+sanitizers too.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import stat
+import struct
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pld
+from pld import corpus as corpus_module
+from pld.corpus import MAGIC, VERSION, Corpus
+
+WAIT = 30  # seconds a call may take before it counts as hung
+
+
+def _finishes(fn, *args):
+    """Run fn(*args) in a thread; (finished within WAIT, its error or None)."""
+    box = []
+
+    def run():
+        try:
+            fn(*args)
+            box.append(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            box.append(error)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(WAIT)
+    return (not t.is_alive()), (box[0] if box else None)
+
+
+def _file(tmp_path, header_patch=None, raw_header=None, tokens=(1, 2, 3)):
+    """A saved corpus file, its header changed (and its checksum made
+    valid again): a forged file."""
+    c = Corpus(100)
+    c.add(list(tokens))
+    path = tmp_path / "c.pldc"
+    c.save(path)
+    data = path.read_bytes()
+    _, _, hlen = struct.unpack_from("<8sII", data, 0)
+    header = json.loads(data[16:16 + hlen])
+    if header_patch:
+        header.update(header_patch)
+    head = raw_header if raw_header is not None else json.dumps(header).encode()
+    body = struct.pack("<8sII", MAGIC, VERSION, len(head)) + head + data[16 + hlen:-32]
+    path.write_bytes(body + hashlib.sha256(body).digest())
+    return path
+
+
+# -------------------------------------------------------------- vocabulary
+
+def test_a_bound_corpus_refuses_ids_beyond_its_vocabulary():
+    c = Corpus(100)
+    c.add([5, 6])
+    c.bind(100, (100, 1, 2, None))
+    c.add([99, 0])  # the last id of the vocabulary is one
+    with pytest.raises(ValueError, match=r"tokens: token id 100 \(at position 1\) is beyond the vocabulary of 100"):
+        c.add([7, 100, 8])
+    with pytest.raises(ValueError, match="tokens: token id 150"):
+        c.add([150])
+    assert c.sequences() == [[5, 6], [99, 0]]  # nothing of a refused add
+
+
+def test_a_saved_bound_corpus_loads_and_stays_bound(tmp_path):
+    c = Corpus(100)
+    c.bind(50, (50, None))
+    c.add([1, 49])
+    c.save(tmp_path / "c")
+    loaded = Corpus.load(tmp_path / "c")
+    assert loaded.sequences() == [[1, 49]] and loaded.vocab_size == 50
+    with pytest.raises(ValueError, match="tokens: token id 50"):
+        loaded.add([50])
+
+
+def test_binding_refuses_a_corpus_that_holds_a_larger_id():
+    c = Corpus(100)
+    c.add([3, 60])
+    with pytest.raises(ValueError, match="holds token id 60, beyond the model's vocabulary of 60"):
+        c.bind(60, (60,))
+    c.bind(61, (61,))
+    with pytest.raises(ValueError, match="token id 61"):
+        c.add([61])
+
+
+# ------------------------------------------------------------- the file
+
+def test_a_device_or_a_pipe_is_refused_before_it_is_read(tmp_path):
+    done, error = _finishes(Corpus.load, "/dev/zero")
+    assert done and isinstance(error, ValueError) and "not a regular file" in str(error)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done, error = _finishes(Corpus.load, fifo)  # (opening a pipe for reading blocks without a writer)
+    assert done and isinstance(error, ValueError) and "not a regular file" in str(error)
+    done, error = _finishes(Corpus.load, tmp_path)
+    assert done and isinstance(error, (ValueError, IsADirectoryError, PermissionError))
+
+
+def test_a_file_larger_than_the_format_allows_is_refused_unread(tmp_path, monkeypatch):
+    path = _file(tmp_path)
+    size = path.stat().st_size
+    monkeypatch.setattr(corpus_module, "_MAX_FILE", size - 1)
+    with pytest.raises(ValueError, match="more than any corpus file can hold"):
+        Corpus.load(path)
+    monkeypatch.setattr(corpus_module, "_MAX_FILE", size)
+    assert Corpus.load(path).sequences() == [[1, 2, 3]]
+
+
+def test_huge_numbers_and_deep_nesting_in_a_header_are_value_errors(tmp_path):
+    bucket = [1, 1, 1, 1]
+    cases = {
+        "trust count": {"trust": {"layout": [4, 3, 5, 4], "buckets": [bucket + [1, 10 ** 400]]}},
+        "float count": {"trust": {"layout": [4, 3, 5, 4], "buckets": [bucket + [1, 1e308 * 10]]}},
+        "huge setting": {"max_tokens": 10 ** 400},
+        "huge vocab": {"vocab_size": 10 ** 400, "signature": [1]},
+        "deep signature": {"vocab_size": 10, "signature": json.loads("[" * 30 + "]" * 30)},
+    }
+    for name, patch in cases.items():
+        path = _file(tmp_path, patch)
+        with pytest.raises(ValueError, match="corpus file"):
+            Corpus.load(path)
+    for depth in (17, 5000, 100000):
+        path = _file(tmp_path, raw_header=("[" * depth + "]" * depth).encode())
+        with pytest.raises(ValueError, match="nests deeper than 16"):
+            Corpus.load(path)
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
+    path = _file(tmp_path, {"fingerprint": "[" * 40 + '"{' * 5})
+    assert Corpus.load(path).fingerprint == "[" * 40 + '"{' * 5
+    assert corpus_module._json_depth('{"a": [1, "[[[", {"b": "\\"["}]}') == 3
+
+
+def test_learn_refuses_counts_no_float_holds():
+    c = Corpus(10)
+    for bad in (10 ** 400, -10 ** 400, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="is not a finite number"):
+            c.learn({}, {(1, 1, 1, 1): bad})
+        with pytest.raises(ValueError, match="is not a finite number"):
+            c.learn({(1, 1, 1, 1): bad}, {(1, 1, 1, 1): 5})
+    assert c.acceptance() == ({}, {})
+
+
+@pytest.mark.skipif(not hasattr(os, "umask"), reason="POSIX file modes")
+def test_save_keeps_the_mode_a_user_expects(tmp_path):
+    c = Corpus(10)
+    c.add([1, 2])
+    old = os.umask(0o022)
+    try:
+        c.save(tmp_path / "new")
+        assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o644
+        os.chmod(tmp_path / "new", 0o640)
+        c.save(tmp_path / "new")  # replaced: its mode stays
+        assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o640
+        os.umask(0o077)
+        c.save(tmp_path / "private")
+        assert stat.S_IMODE((tmp_path / "private").stat().st_mode) == 0o600
+    finally:
+        os.umask(old)
+    assert Corpus.load(tmp_path / "new").sequences() == [[1, 2]]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+# ------------------------------------------------------------ the locks
+
+def test_caller_code_in_learns_counts_runs_before_the_lock():
+    c = Corpus(10)
+
+    class Count(float):
+        def __float__(self):
+            c.acceptance()  # takes the corpus's lock
+            return float.__float__(self)
+
+    done, error = _finishes(c.learn, {(1, 1, 1, 1): Count(2.0)}, {(1, 1, 1, 1): Count(4.0)})
+    assert done and error is None
+    assert c.acceptance() == ({(1, 1, 1, 1): 2.0}, {(1, 1, 1, 1): 4.0})
+
+
+def test_caller_code_in_a_signature_or_fingerprint_runs_before_the_lock():
+    c = Corpus(10)
+
+    class Name(str):
+        def __eq__(self, other):
+            c.acceptance()
+            return str.__eq__(self, other)
+
+        def __ne__(self, other):
+            c.acceptance()
+            return str.__ne__(self, other)
+
+        __hash__ = str.__hash__
+
+    for call in (lambda: c.bind(10, (10, Name("llama"))), lambda: c.bind(10, (10, Name("llama"))),
+                 lambda: c.check_fingerprint(Name("abc")), lambda: c.check_fingerprint(Name("abc"))):
+        done, error = _finishes(call)
+        assert done and error is None
+    assert type(c.signature[1]) is str and type(c.fingerprint) is str
+    done, error = _finishes(lambda: c.bind(10, (10, Name("other"))))
+    assert done and isinstance(error, ValueError) and "another tokenizer" in str(error)
+    fp = Corpus(10, fingerprint=Name("xyz"))
+    assert type(fp.fingerprint) is str
+    done, error = _finishes(fp.check_fingerprint, Name("xyz"))
+    assert done and error is None
+
+
+# ------------------------------------------------------- generations
+
+@pytest.mark.torch
+def test_an_output_longer_than_the_corpus_is_kept_and_its_tail_added(caplog):
+    import torch
+
+    from models_fixtures import greedy, tiny_model
+
+    model = tiny_model()
+    ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]])
+    want = greedy(model, ids, 20)
+    c = Corpus(8)
+    caplog.set_level(logging.WARNING, logger="pld")
+    got = pld.generate(model, ids, max_new_tokens=20, eos_token_id=None, corpus=c)
+    assert got.new_tokens == want
+    assert c.sequences() == [want[-8:]]
+    assert any("keeps the last 8 of an output's 20 tokens" in r.getMessage() for r in caplog.records)
+    c2 = Corpus(8)
+    with pld.enabled(corpus=c2):
+        out = model.generate(ids, prompt_lookup_num_tokens=10, max_new_tokens=20, do_sample=False)
+    assert out[0, ids.shape[1]:].tolist() == want
+    assert c2.sequences() == [want[-8:]]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("tree", [False, True])
+def test_no_draft_token_beyond_the_vocabulary_reaches_the_model(tree):
+    """A draft source that proposes ids the model lacks (a corpus whose
+    lookup is tampered with here) loses those nodes, not the generation."""
+    import torch
+
+    from models_fixtures import greedy, tiny_model
+
+    model = tiny_model()
+    V = model.config.vocab_size
+    ids = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 10, 11, 12]])  # no repeat: the row drafts nothing of its own
+    want = greedy(model, ids, 16)
+    c = Corpus(100)
+    c.add([1, 2])
+    proposed = []
+
+    def hostile(context, depth, **kw):
+        proposed.append(depth)
+        return [V, want[0], V + 7, 0], [-1, -1, 1, 1], [1, 1, 2, 2], [2, 2, 2, 2], [1, 1, 1, 1]
+
+    c.propose_tree = hostile
+    got = pld.generate(model, ids, max_new_tokens=16, eos_token_id=None, corpus=c, draft_tree=tree,
+                       cost_aware=False)
+    assert proposed and got.new_tokens == want
+
+
+@pytest.mark.torch
+def test_within_vocabulary_drops_out_of_range_nodes_and_their_subtrees():
+    from pld.token_tree import TokenTree, within_vocabulary
+
+    tree = TokenTree([5, 99, 6, 7, 8], [-1, -1, 1, 0, 3], [1, 1, 2, 2, 3], [2, 3, 3, 2, 2], [1, 2, 2, 1, 1])
+    tree.origins = [0, 2, 2, 0, 0]
+    out = within_vocabulary(tree, 10)
+    assert (out.tokens, out.parents, out.depths, out.origins) == ([5, 7, 8], [-1, 0, 1], [1, 2, 3], [0, 0, 0])
+    assert within_vocabulary(tree, 100) is tree and within_vocabulary(tree, None) is tree
+    assert within_vocabulary(TokenTree([-1], [-1], [1], [1], [1]), 10).tokens == []
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.integers(min_value=-10 ** 500, max_value=10 ** 500)
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12)
+_FIELDS = ("max_tokens", "min_ngram", "max_ngram", "segments", "n_sequences", "n_tokens", "token_bytes",
+           "segments_used", "evicted", "vocab_size", "signature", "fingerprint", "trust")
+
+
+@settings(max_examples=max(50, settings().max_examples // 2), deadline=None)
+@given(patch=st.dictionaries(st.sampled_from(_FIELDS), _JSON, min_size=1, max_size=3))
+def test_a_forged_header_with_a_valid_checksum_loads_or_is_a_value_error(tmp_path_factory, patch):
+    """The loader's fuzz test: any JSON in any header field, the checksum
+    made valid, gives a corpus or a ValueError naming the file, never
+    another exception."""
+    path = _file(tmp_path_factory.mktemp("forged"), patch)
+    try:
+        loaded = Corpus.load(path)
+    except ValueError as error:
+        assert "corpus file" in str(error)
+    else:
+        assert all(0 <= t for s in loaded.sequences() for t in s)
