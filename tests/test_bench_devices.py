@@ -73,7 +73,7 @@ def test_a_generation_is_timed_after_the_device_is_done(monkeypatch):
 
 def test_host_time_is_wall_time_minus_forward_time_per_forward(monkeypatch):
     ticks = iter([10.0, 12.0])
-    monkeypatch.setattr(host_time.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(generation.time, "perf_counter", lambda: next(ticks))
     events = _Events()
 
     class Meter:

@@ -24,14 +24,13 @@ results.json into --out.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import time
 import warnings
 from typing import Any, Callable, Dict, List
 
-from . import arch_zoo, shapes
+from . import arch_zoo, report, shapes
 
 NEW = 40
 LENGTHS = (90, 75, 100)
@@ -229,10 +228,5 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("pld").removeHandler(lines)
     caption = f"{device} ({shapes.describe_device(device)}); {shapes.versions_line()}"
     text = table(zoo, wide, args.wide_shape) + f"\n\n{caption}\n"
-    print("\n" + text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump({"device": device, "caption": caption, "zoo": zoo, "wide": wide}, fh, indent=1)
+    report.save(args.out, text, {"device": device, "caption": caption, "zoo": zoo, "wide": wide})
     return 0

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import textwrap
 import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-from . import shapes
+from . import report, shapes
 
 SHOWN = (2, 4, 8, 16, 32, 64)  # the widths the table shows
 
@@ -211,12 +210,7 @@ def run(args: argparse.Namespace) -> int:
     caption = (f"{device} ({shapes.describe_device(device)}); {shapes.versions_line()}; "
                f"median of {args.repeats} timed forwards a width, the device synchronised around each")
     text = "\n".join(lines) + f"\n\n{caption}\n"
-    print("\n" + text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump({"device": device, "caption": caption, "results": results}, fh, indent=1)
+    report.save(args.out, text, {"device": device, "caption": caption, "results": results})
     plot(results, os.path.join(args.out, "forward_cost.png"), caption)
     return 0
 

@@ -201,18 +201,24 @@ def _key(row: Dict[str, Any]) -> Tuple[str, int, str]:
 
 def measure(generate: Any, ids: Any, tokenizer: Any, meter: "ForwardMeter") -> Dict[str, Any]:
     """Run one generation; wall time, forward passes and the output."""
-    meter.sync()
-    meter.reset()
-    start = time.perf_counter()
-    seq = generate(ids)
-    meter.sync()
-    seconds = time.perf_counter() - start
+    seq, seconds = timed(generate, ids, meter)
     new = seq[0, ids.shape[1]:].tolist()
     return {"prompt_tokens": int(ids.shape[1]), "new_tokens": len(new), "seconds": seconds,
             "tokens_per_second": len(new) / seconds if seconds > 0 else 0.0,
             "forward_calls": meter.calls, "forward_seconds": meter.seconds,
             "output_sha1": hashlib.sha1(json.dumps(new).encode()).hexdigest(),
             "text": tokenizer.decode(new, skip_special_tokens=True)}
+
+
+def timed(generate: Any, ids: Any, meter: "ForwardMeter") -> Tuple[Any, float]:
+    """(output, wall seconds) of ``generate(ids)``, the meter reset first
+    and the device synchronised at both ends (a GPU's queued work counts)."""
+    meter.sync()
+    meter.reset()
+    start = time.perf_counter()
+    seq = generate(ids)
+    meter.sync()
+    return seq, time.perf_counter() - start
 
 
 def chat_input_ids(tokenizer: Any, user_turns: List[str], answers: List[str]) -> Any:

@@ -19,14 +19,12 @@ A cell is the median over prompts. Writes table.md and results.json into
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import time
 from typing import Any, Dict, List
 
 from . import methods as registry
-from . import shapes
+from . import report, shapes
 from . import tasks as task_sources
 
 METHODS = "greedy,transformers,pld,pld_tree"
@@ -89,12 +87,9 @@ def _prompt(tokenizer: Any, model: Any, texts: List[str], T: int, i: int) -> Any
 def timed(generate: Any, ids: Any, meter: Any) -> Dict[str, float]:
     """One generation: wall seconds (device synchronised at both ends),
     forward seconds and calls (the meter's hooks), new tokens."""
-    meter.sync()
-    meter.reset()
-    t0 = time.perf_counter()
-    seq = generate(ids)
-    meter.sync()
-    wall = time.perf_counter() - t0
+    from .generation import timed as run_timed
+
+    seq, wall = run_timed(generate, ids, meter)
     calls = max(meter.calls, 1)
     return {"seconds": wall, "forward_seconds": meter.seconds, "forwards": meter.calls,
             "new_tokens": int(seq.shape[1] - ids.shape[1]),
@@ -130,12 +125,7 @@ def run(args: argparse.Namespace) -> int:
     caption = (f"{name}, {args.dtype}, {device} ({shapes.describe_device(device)}); {shapes.versions_line()}; "
                f"{args.prompts} prompts a context, <= {args.max_new_tokens} new tokens, k=10")
     text = table(results) + f"\n\n{caption}\n"
-    print("\n" + text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump({"device": device, "caption": caption, "results": results}, fh, indent=1)
+    report.save(args.out, text, {"device": device, "caption": caption, "results": results})
     return 0
 
 

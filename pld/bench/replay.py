@@ -25,13 +25,12 @@ pick another attention kernel). Writes table.md and results.json into
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
 from typing import Any, Dict, List
 
-from . import shapes
+from . import report, shapes
 from . import tasks as task_sources
 from .forward_curve import _ids, _prefill, parse_models
 
@@ -127,12 +126,7 @@ def run(args: argparse.Namespace) -> int:
     caption = (f"steps recorded on {src_label}, replayed on {tgt_label} ({described}), {device} "
                f"({shapes.describe_device(device)}); {shapes.versions_line()}; <= {args.max_new_tokens} new tokens")
     text = table(runs) + f"\n\n{caption}\n"
-    print(text)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "table.md"), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    with open(os.path.join(args.out, "results.json"), "w", encoding="utf-8") as fh:
-        json.dump({"device": device, "caption": caption, "runs": runs}, fh, indent=1)
+    report.save(args.out, text, {"device": device, "caption": caption, "runs": runs})
     return 0
 
 

@@ -152,6 +152,17 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def save(out: str, text: str, results: Dict[str, Any]) -> None:
+    """Print ``text`` (a table and its caption) and write it to
+    OUT/table.md, and ``results`` to OUT/results.json."""
+    print("\n" + text)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "table.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(out, "results.json"), "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1)
+
+
 def write(rows: Sequence[Dict[str, Any]], methods: Sequence[str], out: str, caption_text: str) -> str:
     """Write table.md, summary.csv, summary.json and the plots; return the
     markdown (table and caption)."""
