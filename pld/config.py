@@ -171,8 +171,8 @@ class DecodeConfig:
       corpus_add       add each finished row's new tokens to ``corpus``
       cost_aware       the width budget (pld.width_budget): verify the draft
                        nodes whose expected gain pays for the wider forward,
-                       from the forward cost measured on the model before
-                       the first drafted step (then frozen) and the
+                       from the forward cost learned on the model from its
+                       timed forwards (pld.forward_cost) and the
                        acceptance model; False verifies every draft node
                        (a tree's up to tree_width)
     Stopping and sampling:

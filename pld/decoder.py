@@ -109,7 +109,8 @@ class Decoder:
         branches = any(s.branches for s in self.sources)
         self.budget = budget if budget is not None else (
             WidthBudget(config.tree_width) if branches else WidthBudget(config.num_pred_tokens, CHAIN_EXPLORATION))
-        self.cost: Optional[forward_cost.ForwardCost] = None
+        self.cost: Any = None  # c(w): learned (pld.forward_cost), or a fixed table
+        self._wait = forward_cost.synchronizer(input_ids.device) or _nothing
         self.pad = pad_id(pad_token_id, config)
         self.stats = LoopStats()
         self.done = False
@@ -148,8 +149,16 @@ class Decoder:
         nodes = [[p.tree.tokens[j] for j in p.chosen] if p.chosen else [] for p in plans]
         depths = [[p.tree.depths[j] for j in p.chosen] if p.chosen else [] for p in plans]
         parents = [local_parents(p.tree, p.chosen) if p.chosen else [] for p in plans]
+        width = self.pending + max(len(n) for n in nodes)
         self._t_forward = time.perf_counter()
-        return self._forward(nodes, parents, depths)
+        if self.cost is None or self.prefill:
+            return self._forward(nodes, parents, depths)
+        self._wait()  # (the step's forward alone: the device done with what came before)
+        t0 = forward_cost.clock()
+        logits = self._forward(nodes, parents, depths)
+        self._wait()
+        self.cost.observe(width, forward_cost.clock() - t0)  # a sample of what a forward costs
+        return logits
 
     def accept(self, plans: List[Plan], logits: torch.Tensor) -> List[Walk]:
         """Each row's walk of its tree (pld.accept_walk)."""
@@ -205,22 +214,23 @@ class Decoder:
         tree = within_vocabulary(tree, self.vocab)  # no source feeds the model an id it lacks
         return tree if len(tree) else None
 
-    def _cost(self) -> forward_cost.ForwardCost:
+    def _cost(self) -> Any:
         """c(w) of this step's forwards: flat (every node pays) for the
-        prefill and with cost_aware=False, else measured once."""
+        prefill and with cost_aware=False, else learned (pld.forward_cost)."""
         if self.prefill or not self.config.cost_aware:
             return NO_BUDGET
         if self.cost is None:
             self.cost = self.calibrate()
         return self.cost
 
-    def calibrate(self) -> forward_cost.ForwardCost:
-        """c(w) for a forward of w tokens a row at this batch size and
-        context, timed on the model (pld.forward_cost: kept for the model
-        per batch size, context size class, dtype, device and kernel)."""
+    def calibrate(self) -> Any:
+        """The learned c(w) of a forward of w tokens a row at this batch size
+        and context (pld.forward_cost.LearnedCost, kept for the model per
+        batch size, context size class, dtype, device and kernel): the one
+        earlier generations taught, or a new one from two probe forwards.
+        Every later verification forward teaches it (:meth:`verify`)."""
         P, b, T = self.pending, len(self.rows), self.model.cached
         top = min(MAX_TREE_WIDTH, self.budget.max_width) + P
-        widths = sorted({1, *(w for w in forward_cost.WIDTHS if P <= w < top), top})
 
         def probe(w: int) -> None:
             n = max(w - P, 0)
@@ -229,11 +239,10 @@ class Decoder:
             self.model.truncate_cache(T)
 
         key = ("step", b, forward_cost.size_class(T), str(self.model.dtype), self.input_ids.device.type,
-               self.config.linear_kernel, P, top)
+               self.config.linear_kernel, P)
         with torch.no_grad():
-            return forward_cost.cached_or_measure(self.model.model, key, probe, widths,
-                                                  warm_up=self.rows[0].prompt_len < top,
-                                                  synchronize=forward_cost.synchronizer(self.input_ids.device))
+            return forward_cost.learned(self.model.model, key, probe, sorted({P, top}), clock=forward_cost.clock,
+                                        synchronize=forward_cost.synchronizer(self.input_ids.device))
 
     # -- verify ----------------------------------------------------------------
     def _forward(self, nodes: List[List[int]], parents: List[List[int]], depths: List[List[int]]) -> torch.Tensor:
@@ -400,6 +409,10 @@ def _link_siblings(rows: List[Row], input_ids: torch.Tensor, mask: Optional[torc
     for group in groups.values():
         for row in group:
             row.siblings = [s for s in group if s is not row]
+
+
+def _nothing() -> None:
+    pass
 
 
 def eos_cut(new: Sequence[int], eos: Sequence[int]) -> Tuple[int, bool]:

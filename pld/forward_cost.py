@@ -1,38 +1,42 @@
-"""What a forward over w new tokens costs, measured on this machine and model.
+"""What a forward over w new tokens costs, learned on this machine and model.
 
-A token-tree step verifies W draft tokens (plus the pending one) in one
-forward. Whether a wider tree pays depends on c(w): the time of a forward
-over w new tokens at the current context, in units of a one-token forward.
-On a GPU c grows slowly (the weights are read once whatever w is); on a CPU
-it grows quickly (the arithmetic grows with w). :class:`ForwardCost` holds
-c(w) measured on the model itself (:func:`calibrate`), interpolated
-between the measured widths.
+A step verifies W draft tokens (plus the pending one) in one forward.
+Whether a wider step pays depends on c(w): the time of a forward over w new
+tokens at the current context, in units of a one-token forward. On a GPU c
+grows slowly (the weights are read once whatever w is); on a CPU it grows
+quickly (the arithmetic grows with w), and how quickly depends on the
+processor, its vector units, the kernels, the context and the load.
 
-Calibration happens before a generation's first drafted step and the table
-is then frozen for that generation (and kept for the model, per context
-size class), so a step's choice of width never reads the clock: seeded
-sampling repeats exactly.
+:class:`LearnedCost` learns c(w) from the forwards that decode: every
+verification forward is a timed sample of t(w) at the current context. It
+starts from two timed probe forwards (w = 1 and the widest a step may
+use), then fits a line through the fastest time of each width among the
+last :data:`WINDOW` forwards with drafts, and keeps the fastest recent
+one-token forward, so a load spike is forgotten within WINDOW forwards. One is kept per model and key (batch size, context size
+class, dtype, device, kernel): a later generation goes on from what the
+earlier ones learned, with no probe. The width choice reads it; greedy
+tokens never depend on it, and sampling draws one uniform a token whatever
+the drafts, so a seeded run still repeats its tokens.
 
 On a GPU a forward returns once its kernels are queued, not run: a clock
-read then times the launches. :func:`measure` therefore waits for the
-device (``synchronize``, from :func:`synchronizer`) before every clock
-read.
+read then times the launches. Every timed forward therefore waits for the
+device (``synchronize``, from :func:`synchronizer`) before the clock is read.
+:class:`ForwardCost` is a fixed table (the benchmarks', the tests', and the
+"no budget" of a prefill).
 """
 from __future__ import annotations
 
 import bisect
 import collections
+import statistics
 import threading
 import time
 import weakref
-from typing import Any, Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
-#: Widths (new tokens a forward) the calibration times (a caller adds its
-#: widest). Few, since each is timed on the model itself: c is nearly
-#: linear between them.
+#: :func:`measure`'s widths (new tokens a forward) and timings a width
+#: (the fastest counts: noise only ever adds time).
 WIDTHS = (1, 2, 8, 16, 32, 64)
-#: Timings per width; the fastest one counts (noise only ever adds time,
-#: and a table is kept for the model: a load spike must not set it).
 REPEATS = 3
 
 
@@ -72,9 +76,100 @@ class ForwardCost:
         a, b = ws[i - 1], ws[i]
         return cs[i - 1] + (cs[i] - cs[i - 1]) * (w - a) / (b - a)
 
+    def observe(self, width: int, seconds: float) -> None:
+        """A fixed table learns nothing from the forwards that run."""
+
+    learns = False
+
     def __repr__(self) -> str:
         pairs = ", ".join(f"{w}: {c:.2f}" for w, c in zip(self.widths, self.costs))
         return f"ForwardCost({{{pairs}}})"
+
+
+#: The timed forwards a learned cost keeps (oldest dropped): a load spike is
+#: forgotten within this many forwards of the model at one key.
+WINDOW = 32
+
+
+#: One-token forwards a learned cost keeps, however old (see LearnedCost).
+PLAIN_SAMPLES = 8
+
+
+class LearnedCost:
+    """c(w) of one model at one key, learned from timed forwards
+    (:meth:`observe`). A forward with drafts pays a fixed cost over a
+    one-token forward (on a CPU about 0.3 of one: another kernel shape,
+    the masks) and then a little per token, so two things are learned:
+
+    - the line t(w) = t2 + b (w - 2) for w >= 2: least squares through the
+      fastest time of each width among the last :data:`WINDOW` samples
+      (weighted by their counts), b >= 0; flat (b = 0) while the window
+      holds one such width, so that the next wider step measures the slope;
+    - t(1): the fastest of the last :data:`PLAIN_SAMPLES` one-token
+      forwards, however old (a loop that drafts every step runs none).
+
+    c(1) = 1 and c(w) = max(t(w) / t(1), 1). Load only ever adds time: a
+    fastest time ignores a spike shorter than its width's samples in the
+    window, and forgets any once it leaves the window; an old t(1), from a
+    shorter context, can only make drafts look dearer. Safe across threads."""
+
+    learns = True
+
+    def __init__(self) -> None:
+        self._samples: Deque[Tuple[int, float]] = collections.deque(maxlen=WINDOW)
+        self._plain: Deque[float] = collections.deque(maxlen=PLAIN_SAMPLES)
+        self._line = (1.0, 0.0)  # (t2, b)
+        self._t1 = 1.0
+        self._lock = threading.Lock()
+
+    def observe(self, width: int, seconds: float) -> None:
+        """A forward over ``width`` new tokens took ``seconds``."""
+        if width < 1 or not seconds > 0:
+            return
+        with self._lock:
+            self._samples.append((int(width), float(seconds)))
+            if width == 1:
+                self._plain.append(float(seconds))
+                self._t1 = min(self._plain)
+            self._line = _fit_line(self._samples, self._line)
+
+    def __call__(self, w: int) -> float:
+        """c(w), in one-token forwards (w >= 1)."""
+        if w <= 1:
+            return 1.0
+        t2, b = self._line
+        return max((t2 + b * (w - 2)) / self._t1, 1.0)
+
+    def samples(self) -> List[Tuple[int, float]]:
+        """The (width, seconds) samples in the window, oldest first."""
+        with self._lock:
+            return list(self._samples)
+
+    def __repr__(self) -> str:
+        return f"LearnedCost(c(2) = {self(2):.3f}, c(11) = {self(11):.3f}, {len(self._samples)} samples)"
+
+
+def _fit_line(samples: Sequence[Tuple[int, float]], line: Tuple[float, float]) -> Tuple[float, float]:
+    """(t2, b) of the forwards with drafts (see LearnedCost); ``line``
+    when the samples hold none."""
+    fastest: Dict[int, float] = {}
+    counts: Dict[int, int] = {}
+    for w, s in samples:
+        if w >= 2:
+            fastest[w] = min(s, fastest.get(w, s))
+            counts[w] = counts.get(w, 0) + 1
+    if not fastest:
+        return line
+    points = [(w - 2, fastest[w], counts[w]) for w in fastest]
+    n = sum(k for _, _, k in points)
+    mx = sum(x * k for x, _, k in points) / n
+    my = sum(y * k for _, y, k in points) / n
+    sxx = sum(k * (x - mx) ** 2 for x, _, k in points)
+    b = max(sum(k * (x - mx) * (y - my) for x, y, k in points) / sxx, 0.0) if sxx > 0 else 0.0
+    t2 = my - b * mx
+    if t2 <= 0:  # (a line through noisy points can pass below zero at w = 2)
+        t2, b = min(y for _, y, _ in points), 0.0
+    return t2, b
 
 
 def synchronizer(device: Any) -> Optional[Callable[[], None]]:
@@ -93,20 +188,19 @@ def synchronizer(device: Any) -> Optional[Callable[[], None]]:
     return lambda: backend.synchronize(device)
 
 
-def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
-            repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
-            warm_up: bool = True, synchronize: Optional[Callable[[], None]] = None) -> ForwardCost:
-    """Time ``forward(w)`` (a forward over w new tokens that leaves the
-    model's state as it found it) ``repeats`` times at each width, widths
-    interleaved, and keep each width's fastest time. ``warm_up`` first
-    runs the widest once, untimed, to pay for allocations (no need when the
-    model has just run a forward at least as wide). ``synchronize`` (None
-    on the CPU) waits for the device before each clock read, so that a
-    time is the forward's work, not its launch."""
+def time_widths(forward: Callable[[int], Any], widths: Sequence[int], repeats: int = REPEATS,
+                clock: Callable[[], float] = time.perf_counter, warm_up: bool = True,
+                synchronize: Optional[Callable[[], None]] = None) -> List[float]:
+    """The fastest of ``repeats`` timings of ``forward(w)`` (a forward over w
+    new tokens that leaves the model's state as it found it) at each width,
+    widths interleaved, in seconds. ``warm_up`` first runs the widest once,
+    untimed, to pay for allocations. ``synchronize`` (None on the CPU)
+    waits for the device before each clock read, so that a time is the
+    forward's work, not its launch. The forwards do not count as decoding
+    steps (:func:`calibrating`) and leave torch's RNG state as it was."""
     import torch
 
     wait = synchronize if synchronize is not None else _nothing
-
     global _calibrating
     best = [float("inf")] * len(widths)
     with _LOCK:
@@ -127,7 +221,14 @@ def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
     finally:
         with _LOCK:
             _calibrating -= 1
-    return ForwardCost(widths, [max(s, 1e-9) for s in best])
+    return [max(t, 1e-9) for t in best]
+
+
+def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
+            repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
+            warm_up: bool = True, synchronize: Optional[Callable[[], None]] = None) -> ForwardCost:
+    """A fixed table of c(w) at ``widths`` from :func:`time_widths`."""
+    return ForwardCost(widths, time_widths(forward, widths, repeats, clock, warm_up, synchronize))
 
 
 def _nothing() -> None:
@@ -140,21 +241,24 @@ _LOCK = threading.Lock()
 
 
 def calibrating() -> bool:
-    """Whether a calibration is running (its forwards are not decoding
-    steps: the benchmark's forward counter leaves them out)."""
+    """Whether probe forwards are running (they are not decoding steps:
+    the benchmark's forward counter leaves them out)."""
     return _calibrating > 0
 
 
-# Calibrations kept per model: key (context size class, ...) -> ForwardCost,
+# Learned costs kept per model: key (context size class, ...) -> LearnedCost,
 # least recently used first; at most MAX_TABLES_PER_MODEL a model.
-_TABLES: "weakref.WeakKeyDictionary[Any, collections.OrderedDict[Tuple, ForwardCost]]" = \
+_TABLES: "weakref.WeakKeyDictionary[Any, collections.OrderedDict[Tuple, LearnedCost]]" = \
     weakref.WeakKeyDictionary()
-#: Calibrations kept for one model; the least recently used goes first.
+#: Learned costs kept for one model; the least recently used goes first.
 MAX_TABLES_PER_MODEL = 16
+
+#: The clock the decoder times its forwards with (a test may replace it).
+clock = time.perf_counter
 
 
 def size_class(context: int) -> int:
-    """Contexts within a factor of 4 share a calibration: 0 below 256
+    """Contexts within a factor of 4 share a learned cost: 0 below 256
     tokens, then 1 for [256, 1024), 2 for [1024, 4096), ..."""
     c, edge = 0, 256
     while context >= edge:
@@ -162,32 +266,35 @@ def size_class(context: int) -> int:
     return c
 
 
-def cached_or_measure(model: Any, key: Tuple, forward: Callable[[int], Any],
-                      widths: Sequence[int] = WIDTHS, warm_up: bool = True,
-                      clock: Callable[[], float] = time.perf_counter,
-                      synchronize: Optional[Callable[[], None]] = None) -> ForwardCost:
-    """The model's table for ``key`` (its context size class, dtype, device,
-    kernels...), measured with ``forward`` (timed by ``clock``, after
-    ``synchronize``) the first time it is asked for. Keeps the MAX_TABLES_PER_MODEL most recently used
-    tables of each model (a model that cannot be weakly referenced keeps
-    none: measured every time). Safe across threads: the measuring runs
-    outside the lock, and when two threads measure one key at once the
-    first table stored is the one both get."""
+def learned(model: Any, key: Tuple, forward: Callable[[int], Any], widths: Sequence[int],
+            clock: Callable[[], float] = time.perf_counter,
+            synchronize: Optional[Callable[[], None]] = None) -> LearnedCost:
+    """The model's :class:`LearnedCost` for ``key`` (batch size, context
+    size class, dtype, device, kernel...): the one kept, or a new one whose
+    first samples are ``forward(w)`` timed once at each of ``widths`` (the
+    probes: 1 and the widest a step may use; timed by ``clock`` after
+    ``synchronize``). Keeps the MAX_TABLES_PER_MODEL most recently used
+    keys of each model (a model that cannot be weakly referenced keeps
+    none: probed every time). Safe across threads: the probes run outside
+    the lock, and when two threads probe one key at once the first cost
+    stored is the one both get."""
     with _LOCK:
-        tables = _tables_of(model)
-        table = tables.get(key) if tables is not None else None
-        if table is not None:
-            tables.move_to_end(key)
-            return table
-    measured = measure(forward, widths, clock=clock, warm_up=warm_up, synchronize=synchronize)
-    if tables is None:
-        return measured
+        kept = _tables_of(model)
+        cost = kept.get(key) if kept is not None else None
+        if cost is not None:
+            kept.move_to_end(key)
+            return cost
+    cost = LearnedCost()
+    for w, seconds in zip(widths, time_widths(forward, widths, 1, clock, False, synchronize)):
+        cost.observe(w, seconds)
+    if kept is None:
+        return cost
     with _LOCK:
-        table = tables.setdefault(key, measured)
-        tables.move_to_end(key)
-        while len(tables) > MAX_TABLES_PER_MODEL:
-            tables.popitem(last=False)
-    return table
+        cost = kept.setdefault(key, cost)
+        kept.move_to_end(key)
+        while len(kept) > MAX_TABLES_PER_MODEL:
+            kept.popitem(last=False)
+    return cost
 
 
 def _tables_of(model: Any) -> "Optional[collections.OrderedDict[Tuple, ForwardCost]]":
@@ -199,8 +306,8 @@ def _tables_of(model: Any) -> "Optional[collections.OrderedDict[Tuple, ForwardCo
         return None
 
 
-def tables(model: Any) -> "collections.OrderedDict[Tuple, ForwardCost]":
-    """A copy of the tables kept for ``model``, least recently used first."""
+def tables(model: Any) -> "collections.OrderedDict[Tuple, LearnedCost]":
+    """A copy of the learned costs kept for ``model``, least recently used first."""
     with _LOCK:
         try:
             return collections.OrderedDict(_TABLES.get(model, {}))
@@ -209,6 +316,6 @@ def tables(model: Any) -> "collections.OrderedDict[Tuple, ForwardCost]":
 
 
 def forget(model: Any) -> None:
-    """Drop the calibrations kept for ``model`` (the next generation measures again)."""
+    """Drop the costs learned for ``model`` (the next generation probes again)."""
     with _LOCK:
         _TABLES.pop(model, None)

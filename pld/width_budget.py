@@ -6,9 +6,8 @@ from its source, match size, support, depth and agreement, learned during
 the generation from a prior). The step then verifies, in every row, the W
 nodes likeliest to be reached, one W for the whole batch (a forward is
 rectangular), the W that maximises the expected tokens of the step per
-unit of forward cost c(P + W) (pld.forward_cost, measured on the model at
-this batch size and context before the first drafted step and then frozen,
-so the choice never reads the clock within a generation). W = 0 (no draft)
+unit of forward cost c(P + W) (pld.forward_cost: learned from the timed
+forwards of this model at this batch size and context). W = 0 (no draft)
 and a single chain (a linear draft) are among the choices: a linear draft
 is the case of a tree with one branch, so one budget serves linear drafts,
 trees and batches.
@@ -33,6 +32,12 @@ NO_BUDGET = forward_cost.ForwardCost([1, 2], [1.0, 1.0])
 #: with pld.token_tree.EXPLORATION.
 CHAIN_EXPLORATION = 0.0
 
+#: Under a learned cost (pld.forward_cost.LearnedCost), after this many
+#: steps in a row that verified nothing although there were candidates, a
+#: step verifies each row's likeliest node: drafts judged not to pay are
+#: tried again, at the cost of one token more in a forward.
+EXPLORE_EVERY = 16
+
 
 class WidthBudget:
     """Chooses the nodes to verify of every row's tree, at most
@@ -43,6 +48,7 @@ class WidthBudget:
     def __init__(self, max_width: int, exploration: float = EXPLORATION) -> None:
         self.max_width = max_width
         self.exploration = exploration
+        self._idle = 0  # steps in a row that verified nothing although there were candidates
 
     def choose(self, trees: Sequence[Optional[TokenTree]], model: AcceptanceModel, cost, pending: int
                ) -> Tuple[List[List[int]], List[float]]:
@@ -53,7 +59,23 @@ class WidthBudget:
         mean ones."""
         hopeful = [model.scaled(model.reach(t, self.exploration)) if t is not None else [] for t in trees]
         chosen = choose_rows(hopeful, cost, pending, self.max_width)
+        if getattr(cost, "learns", False):
+            chosen = self._explore(hopeful, chosen)
         return chosen, predicted(trees, chosen, model)
+
+    def _explore(self, hopeful: Sequence[Sequence[float]], chosen: List[List[int]]) -> List[List[int]]:
+        """After EXPLORE_EVERY steps in a row that verified nothing although
+        there were candidates, every row verifies its likeliest node: a
+        forward one token wider, so that the learned cost and the acceptance
+        see drafts again when the load or the text changes."""
+        if any(chosen) or not any(hopeful):
+            self._idle = 0
+            return chosen
+        self._idle += 1
+        if self._idle < EXPLORE_EVERY:
+            return chosen
+        self._idle = 0
+        return [[max(range(len(r)), key=lambda j: (r[j], -j))] if len(r) else [] for r in hopeful]
 
 
 class FirstNodes(WidthBudget):

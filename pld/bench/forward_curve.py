@@ -1,7 +1,7 @@
 """c(w): what a forward over w new tokens costs against a one-token
 forward, for the --widths w (1 to 64), at each context length, on this device;
-and what pld's own calibration (pld.forward_cost, as the loop runs it)
-measures there, with and without waiting for the device.
+and what pld's own learned cost (pld.forward_cost, as the loop runs it)
+gives there, with and without waiting for the device.
 
     python -m pld bench forward-cost --device cuda \\
         --models shape:7b@bfloat16,embedded@float32 --contexts 1024,4096,16384
@@ -11,11 +11,11 @@ into a DynamicCache (in chunks), then every width runs --repeats times,
 widths in a rotating order, each forward followed by a crop back to T.
 Every clock read waits for the device first (torch.cuda.synchronize on a
 GPU): a GPU forward returns when its kernels are queued, not done. A cell
-is the median. Then pld's decoder prefills another prompt of T
-tokens with token trees, which calibrates c(w) at its own widths (1, 2,
-8, 16, 32 and its widest) after the prefill; that table is set beside the
-curve, once as this release measures (synchronised) and once as a clock
-without synchronisation would (the previous release on a GPU).
+is the median. Then pld's decoder prefills another prompt of T tokens
+(one that repeats itself) with token trees and decodes 24 steps: its
+learned c(w) (two probe forwards, then every step's timed forward) is set
+beside the curve, once as this release times (synchronised) and once as
+a clock without synchronisation would (the previous release on a GPU).
 
 Models: ``embedded`` (SmolLM2-135M), a folder or .gguf, or ``shape:NAME``
 (pld.bench.shapes: 7b, 1b, wide, tiny), each with ``@dtype``. Writes
@@ -127,10 +127,17 @@ def _unsynchronized() -> Iterator[None]:
         forward_cost.synchronizer = real
 
 
-def pld_calibration(model: Any, T: int, synchronized: bool) -> Dict[int, float]:
-    """The c(w) table pld's loop calibrates (pld.decoder.Decoder.calibrate,
-    token trees: widths up to 33) after the prefill of a prompt of T
-    tokens: {w: c(w)}. Nothing is kept for the model afterwards."""
+#: The widths pld's estimate is read at.
+PLD_WIDTHS = (1, 2, 8, 16, 32, 33)
+
+
+def pld_calibration(model: Any, T: int, synchronized: bool, steps: int = 24) -> Dict[int, float]:
+    """The c(w) pld's loop learns (pld.decoder.Decoder.calibrate, token
+    trees: widths up to 33) at a context of T tokens: its two probe
+    forwards after the prefill, then ``steps`` decoding steps of a prompt
+    that repeats itself (each timed forward a sample). {w: c(w)} at
+    PLD_WIDTHS, and "samples": how many it learned from. Nothing is kept
+    for the model afterwards."""
     import torch
 
     from pld import forward_cost, loop
@@ -138,17 +145,18 @@ def pld_calibration(model: Any, T: int, synchronized: bool) -> Dict[int, float]:
     from pld.hf_adapter import TransformersAdapter
 
     device = next(model.parameters()).device
-    ids = _ids(T, model.config.vocab_size, seed=7).to(device)
-    config = loop.resolve_config(model, None, dict(max_new_tokens=64, draft_tree=True, eos_token_id=None))
+    ids = _ids(T, model.config.vocab_size, seed=7, period=50).to(device)
+    config = loop.resolve_config(model, None, dict(max_new_tokens=steps + 1, draft_tree=True, eos_token_id=None))
     cache = loop.default_cache(model, T, config)
     adapter = TransformersAdapter(model, cache, config.linear_kernel)
     decoder = Decoder(adapter, ids, loop._linear_if_no_tree(model, cache, config))
     forward_cost.forget(model)
     with torch.no_grad(), adapter.kernels(), (contextlib.nullcontext() if synchronized else _unsynchronized()):
-        decoder.step()  # the prefill
-        table = decoder.calibrate()
+        while decoder.step():
+            pass
+    cost = decoder.cost if decoder.cost is not None else decoder.calibrate()
     forward_cost.forget(model)
-    return dict(zip(table.widths, table.costs))
+    return {**{w: cost(w) for w in PLD_WIDTHS}, "samples": len(cost.samples())}
 
 
 def _one_model(name: Optional[str], dtype: str, label: str, args: argparse.Namespace, device: str) -> Dict[str, Any]:
@@ -189,7 +197,7 @@ def _row(label: str, T: int, cell: Dict[str, Any]) -> str:
 
 def _pld(table: Dict[int, float], measured: Dict[int, float]) -> str:
     """pld's c at its widest calibrated width <= the curve's widest, beside the curve's."""
-    common = [w for w in table if w in measured and w > 1]
+    common = [w for w in table if isinstance(w, int) and w in measured and w > 1]
     if not common:
         return "-"
     w = max(common)
@@ -230,7 +238,7 @@ def plot(results: Dict[str, Any], path: str, caption: str) -> None:
             ws = sorted(int(w) for w in cell["c"])
             ax.plot(ws, [cell["c"][w] for w in ws], color=color, label=f"context {int(T):,}")
             for key, marker in (("pld_synchronized", "o"), ("pld_unsynchronized", "x")):
-                table = cell.get(key) or {}
+                table = {w: c for w, c in (cell.get(key) or {}).items() if isinstance(w, int)}
                 if table:
                     ax.plot(list(table), list(table.values()), marker, color=color, linestyle="none")
         ax.set_title(f"{label}: {res['model']}", fontsize=9)
