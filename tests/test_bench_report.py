@@ -27,6 +27,19 @@ ROWS = [
 ]
 
 
+def test_per_prompt_minimum_median_and_first_calls_at_a_size():
+    rows = [dict(r) for r in ROWS]
+    for r in rows:
+        r["first_at_size"] = r["id"] == "a"
+    got = {(s.group, s.method): s for s in report.summarize(rows, ["greedy", "pld"])}
+    rag = got[("rag", "pld")]
+    assert (rag.speedup_min, rag.speedup_median) == (pytest.approx(2.0), pytest.approx(2.5))
+    assert rag.first_speedup == pytest.approx(2.0) and rag.first_prompts == 1
+    chat = got[("chat (turn 1)", "pld")]
+    assert chat.first_prompts == 0 and chat.first_speedup != chat.first_speedup  # none: nan
+    assert "| 2.00x / 2.50x | 2.00x (1) |" in report.markdown([rag])
+
+
 def test_summaries_per_task_and_turn():
     got = {(s.group, s.method): s for s in report.summarize(ROWS, ["greedy", "transformers", "pld"])}
     assert [g for g, m in got if m == "greedy"] == ["rag", "chat (turn 1)", "chat (turn 2)"]
@@ -63,7 +76,7 @@ def test_same_kernel_column_only_when_greedy_onednn_ran():
     header = text.splitlines()[0]
     assert "vs greedy on oneDNN" in header
     assert all(line.count("|") == header.count("|") for line in text.splitlines())
-    assert "| 2.50x ± 0.71 | 1.62x | 1.55x | 1/2 |" in text
+    assert "| 2.50x ± 0.71 | 2.00x / 2.50x |  | 1.62x | 1.55x | 1/2 |" in text
     assert "vs greedy on oneDNN" not in report.markdown(report.summarize(ROWS, ["greedy", "pld"]))
 
 

@@ -55,6 +55,8 @@ def test_summarize_leaves_calibration_time_out():
     (s,) = versus.summarize(rows, ["pld"])
     assert s["pooled_ratio"] == pytest.approx(1.0)
     assert s["calibrated"] == {"current": 1, "baseline": 0}
+    (paid,) = versus.summarize(rows, ["pld"], count_calibration=True)  # what a user pays
+    assert paid["pooled_ratio"] == pytest.approx(1 / 3) and paid["median_ratio"] == pytest.approx(1 / 3)
 
 
 def test_a_baseline_without_its_extension_is_refused(tmp_path):

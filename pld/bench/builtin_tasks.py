@@ -46,7 +46,7 @@ def prompts(tasks: Sequence[str], limit: int) -> List[Prompt]:
     """At least ``limit`` prompts for each task in ``tasks`` (fewer only when
     the machine's Python has too few documents or functions)."""
     makers = {"summarization": _summaries, "rag": _rag, "chat": _chat,
-              "code": _code, "translation": _translations}
+              "code": _code, "translation": _translations, "long": _long}
     out: List[Prompt] = []
     for t in tasks:
         out.extend(makers[t](limit))
@@ -91,6 +91,12 @@ def _summaries(limit: int) -> List[Prompt]:
     return [Prompt(id=f"builtin/summarization/{key}", task="summarization", category="pydoc",
                    turns=(SUMMARY.format(text=text),), source="builtin")
             for key, _, text in _spread(documents(), limit)]
+
+
+def _long(limit: int) -> List[Prompt]:
+    from .tasks import joined
+
+    return joined([text for _, _, text in documents()], "builtin")[:limit]
 
 
 def _rag(limit: int) -> List[Prompt]:
@@ -174,4 +180,4 @@ def counts() -> Dict[str, int]:
     """How many prompts each task can offer on this Python (for --help)."""
     docs, fns = len(documents()), len(functions())
     return {"summarization": docs, "rag": docs, "chat": docs, "code": fns,
-            "translation": len(_translations(docs))}
+            "translation": len(_translations(docs)), "long": docs // 5 * 3}

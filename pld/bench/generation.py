@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     for gen in generators.values():
         gen(warm.to(device))
     _generate_all(prompts, generators, tokenizer, meter, device, results_path, done, fingerprint,
-                  disable_progress=args.no_progress)
+                  disable_progress=args.no_progress, warmed=int(warm.shape[1]))
     meter.remove()
     rows = list(done.values())
     caption = report.caption(config, torch, model)
@@ -145,11 +145,17 @@ def _resume(args: argparse.Namespace, fingerprint: str) -> Tuple[str, Dict[Tuple
 
 def _generate_all(prompts: List[Any], generators: Dict[str, Any], tokenizer: Any, meter: "ForwardMeter",
                   device: str, results_path: str, done: Dict[Tuple[str, int, str], Dict[str, Any]],
-                  fingerprint: str, disable_progress: bool) -> None:
+                  fingerprint: str, disable_progress: bool, warmed: int = 0) -> None:
     """Every (prompt, turn, method) generation not already in `done`: run,
     add to `done` and append to results_path as it finishes. Prompt i runs
     the methods in the order rotated by i; turn t sees greedy's answers to
-    the turns before it."""
+    the turns before it. A row is marked ``first_at_size`` when it is its
+    method's first generation in this process at its context size class
+    (pld.forward_cost.size_class; the warm-up, ``warmed`` tokens, took one):
+    what a fresh process pays there, one-time costs included."""
+    from pld.forward_cost import size_class
+
+    seen = {(m, size_class(warmed)) for m in generators}
     total = sum(len(p.turns) for p in prompts) * len(generators)
     bar = _progress(total, disable=disable_progress)
     bar.update(sum(1 for p in prompts for t in range(len(p.turns)) for m in generators
@@ -165,8 +171,10 @@ def _generate_all(prompts: List[Any], generators: Dict[str, Any], tokenizer: Any
                     if (p.id, turn, m) in done:
                         continue
                     row = measure(generators[m], ids, tokenizer, meter)
+                    size = (m, size_class(int(ids.shape[1])))
                     row.update(id=p.id, task=p.task, category=p.category, turn=turn, method=m,
-                               config=fingerprint)
+                               config=fingerprint, first_at_size=size not in seen)
+                    seen.add(size)
                     done[(p.id, turn, m)] = row
                     log.write(json.dumps(row) + "\n")
                     log.flush()

@@ -90,6 +90,11 @@ def _greedy(s: Setup) -> Generate:
     return run
 
 
+@register("greedy_again", "plain greedy once more: the A/A pair whose ratio to greedy sizes the noise")
+def _greedy_again(s: Setup) -> Generate:
+    return _greedy(s)
+
+
 @register("greedy_onednn", "plain greedy model.generate with its linear layers on oneDNN, the kernel "
           "pld's loop uses (what the kernel alone gives)")
 def _greedy_onednn(s: Setup) -> Generate:

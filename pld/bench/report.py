@@ -22,7 +22,7 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
-TASK_ORDER = ("summarization", "rag", "chat", "code", "translation")
+TASK_ORDER = ("summarization", "rag", "long", "chat", "code", "translation")
 SAME_KERNEL_GREEDY = "greedy_onednn"
 
 
@@ -41,6 +41,10 @@ class Summary:
     identical: int      # outputs equal to greedy's
     tokens_per_forward: float
     forward_share: float
+    speedup_min: float = float("nan")     # the slowest prompt's speedup
+    speedup_median: float = float("nan")
+    first_speedup: float = float("nan")   # mean over the method's first calls at a context size class
+    first_prompts: int = 0
 
 
 def read_rows(path: str) -> List[Dict[str, Any]]:
@@ -77,6 +81,7 @@ def summarize(rows: Iterable[Dict[str, Any]], methods: Sequence[str], key=_label
                 continue
             tps = [v[m]["tokens_per_second"] for v in have]
             speed = [v[m]["tokens_per_second"] / v["greedy"]["tokens_per_second"] for v in have]
+            first = [x for x, v in zip(speed, have) if v[m].get("first_at_size")]
             vs_tr = _ratios(have, m, "transformers")
             vs_kernel = _ratios(have, m, SAME_KERNEL_GREEDY)
             out.append(Summary(
@@ -90,7 +95,9 @@ def summarize(rows: Iterable[Dict[str, Any]], methods: Sequence[str], key=_label
                 tokens_per_forward=statistics.mean(v[m]["new_tokens"] / max(1, v[m]["forward_calls"])
                                                    for v in have),
                 forward_share=statistics.mean(v[m]["forward_seconds"] / v[m]["seconds"]
-                                              for v in have if v[m]["seconds"] > 0)))
+                                              for v in have if v[m]["seconds"] > 0),
+                speedup_min=min(speed), speedup_median=statistics.median(speed),
+                first_speedup=statistics.mean(first) if first else float("nan"), first_prompts=len(first)))
     return out
 
 
@@ -106,14 +113,17 @@ def _std(xs: Sequence[float]) -> float:
 
 def markdown(summaries: Sequence[Summary]) -> str:
     kernel = any(s.vs_same_kernel == s.vs_same_kernel for s in summaries)
-    lines = ["| task | method | prompts | new tokens | tokens/s | speedup vs greedy | vs transformers PL "
+    lines = ["| task | method | prompts | new tokens | tokens/s | speedup vs greedy | per prompt: min / median "
+             "| first calls at a size | vs transformers PL "
              + ("| vs greedy on oneDNN " if kernel else "")
              + "| identical to greedy | tokens/forward | forward share |",
-             "|---|---|--:|--:|--:|--:|--:|" + ("--:|" if kernel else "") + "--:|--:|--:|"]
+             "|---|---|--:|--:|--:|--:|--:|--:|--:|" + ("--:|" if kernel else "") + "--:|--:|--:|"]
     for s in summaries:
+        first = f"{s.first_speedup:.2f}x ({s.first_prompts})" if s.first_prompts else ""
         lines.append(f"| {s.group} | {s.method} | {s.prompts} | {s.new_tokens:.0f} | "
                      f"{s.tokens_per_second:.2f} ± {s.tokens_per_second_std:.2f} | "
-                     f"{s.speedup:.2f}x ± {s.speedup_std:.2f} | {_times(s.vs_transformers)} | "
+                     f"{s.speedup:.2f}x ± {s.speedup_std:.2f} | {s.speedup_min:.2f}x / {s.speedup_median:.2f}x | "
+                     f"{first} | {_times(s.vs_transformers)} | "
                      + (f"{_times(s.vs_same_kernel)} | " if kernel else "")
                      + f"{s.identical}/{s.prompts} | {s.tokens_per_forward:.2f} | "
                      f"{100 * s.forward_share:.0f}% |")

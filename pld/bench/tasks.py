@@ -8,7 +8,8 @@ copies least. Three sources:
 * ``builtin`` -- made on the spot from text and code on every machine
   (Python's own documentation topics and standard-library source); no data
   and no network needed. See :mod:`pld.bench.builtin_tasks`.
-* ``spec-bench`` -- a Spec-Bench ``question.jsonl``: ``--data PATH``, else
+* ``spec-bench`` -- a Spec-Bench ``question.jsonl`` (and, for the task
+  ``long``, its summarization articles joined into 1k-4k-token prompts): ``--data PATH``, else
   ``$PLD_SPEC_BENCH``, else ``shared/data/spec_bench/question.jsonl`` in the
   working directory or one of its parents (see :func:`default_spec_bench`).
 * ``hub`` -- CNN/DailyMail, HAGRID and MT-Bench from the Hugging Face Hub
@@ -29,7 +30,11 @@ TASKS: Dict[str, str] = {
     "chat": "two-turn chat; turn 2 sees the model's turn-1 answer",
     "code": "edit a given function and output it whole (highest overlap)",
     "translation": "translate a paragraph (low-overlap control)",
+    "long": "summarize documents joined into a prompt of about 1k, 2k or 4k tokens",
 }
+
+#: the long task's sizes: category -> characters of joined documents (about 4 a token)
+LONG_SIZES = {"1k": 4000, "2k": 8000, "4k": 16000}
 
 SOURCES = ("builtin", "spec-bench", "hub")
 
@@ -108,6 +113,36 @@ def spec_bench(path: str, tasks: Sequence[str]) -> List[Prompt]:
             turns = tuple(q["turns"][:2] if task == "chat" else q["turns"][:1])
             out.append(Prompt(id=f"spec-bench/{q['question_id']}", task=task,
                               category=q["category"], turns=turns, source="spec-bench"))
+    if "long" in tasks:
+        out.extend(long_prompts(path))
+    return out
+
+
+def long_prompts(path: str) -> List[Prompt]:
+    """Spec-Bench's summarization articles joined into longer prompts
+    (:func:`joined`)."""
+    with open(path, encoding="utf-8") as fh:
+        articles = [q["turns"][0] for q in map(json.loads, filter(str.strip, fh))
+                    if q.get("category") == "summarization"]
+    articles = [a.split(":", 1)[1].strip() if a.startswith("Summarize:") else a for a in articles]
+    return joined(articles, "spec-bench")
+
+
+def joined(documents: Sequence[str], source: str) -> List[Prompt]:
+    """Prompts of the task ``long``: ``documents`` joined, one prompt of each
+    size of :data:`LONG_SIZES` in turn; prompt i takes documents from the
+    (5 i)-th on, whole, until its size is reached."""
+    out: List[Prompt] = []
+    for i in range(len(documents) // 5):
+        for size, chars in LONG_SIZES.items():
+            body: List[str] = []
+            j = 5 * i
+            while sum(map(len, body)) < chars:
+                body.append(documents[j % len(documents)])
+                j += 1
+            text = "Summarize the following texts in a few sentences.\n\n" + "\n\n".join(body)
+            out.append(Prompt(id=f"{source}/long-{i}-{size}", task="long", category=size, turns=(text,),
+                              source=source))
     return out
 
 

@@ -66,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated names from pld.bench.methods (default pld,pld_tree); "
                         "with --batch-size > 1: pld, pld_tree (pld.generate on the batch)")
     p.add_argument("--batch-size", type=int, default=1, help="prompts a generation (default 1)")
+    p.add_argument("--count-calibration", action="store_true",
+                   help="count the forward-cost calibrations' time too (what a user pays; default: left out)")
     p.add_argument("--out", default=os.path.join("bench-out", "versus"))
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -238,11 +240,20 @@ def compare(unit: Dict[str, Any], index: int, methods: List[str], builds: List[B
     return rows
 
 
-def summarize(rows: List[Dict[str, Any]], methods: List[str]) -> List[Dict[str, Any]]:
+def summarize(rows: List[Dict[str, Any]], methods: List[str],
+              count_calibration: bool = False) -> List[Dict[str, Any]]:
     """Per method, over the units both builds ran: runs, prompts (rows),
     pooled tokens/s of each build and their ratio (current over baseline),
     the median, min and max of the per-unit ratios, tokens per forward a row
-    of each build, and prompts whose tokens are identical on both."""
+    of each build, and prompts whose tokens are identical on both. The
+    seconds leave forward-cost calibrations out unless ``count_calibration``
+    (what a user pays)."""
+    def _seconds(row: Dict[str, Any]) -> float:
+        return row["seconds"] - (0.0 if count_calibration else row.get("calibration_seconds", 0.0))
+
+    def _rate(row: Dict[str, Any]) -> float:
+        return row["new_tokens"] / max(1e-12, _seconds(row))
+
     out = []
     for m in methods:
         pairs: Dict[str, Dict[str, Dict[str, Any]]] = {}
@@ -267,16 +278,6 @@ def summarize(rows: List[Dict[str, Any]], methods: List[str]) -> List[Dict[str, 
             "identical": sum(a == c for p in both
                              for a, c in zip(p["current"]["tokens"], p["baseline"]["tokens"]))})
     return out
-
-
-def _seconds(row: Dict[str, Any]) -> float:
-    """A run's seconds less those inside forward-cost calibrations."""
-    return row["seconds"] - row.get("calibration_seconds", 0.0)
-
-
-def _rate(row: Dict[str, Any]) -> float:
-    """A run's new tokens a second (calibrations left out)."""
-    return row["new_tokens"] / max(1e-12, _seconds(row))
 
 
 def markdown(summary: List[Dict[str, Any]]) -> str:
@@ -311,8 +312,9 @@ def caption(builds: List[Build], args: argparse.Namespace, tasks: List[str]) -> 
                  + (f" after {args.skip}" if args.skip else "") + f", <= {args.max_new_tokens} new tokens, "
                  f"k={args.num_pred_tokens}, max n-gram {args.max_ngram}, batch size {args.batch_size}; "
                  f"{EMBEDDED_NAME}, greedy; the build going first alternates per run; tokens/s over "
-                 "wall time less the forwards of forward-cost calibrations (one-time per model and "
-                 "context size; the last column counts the runs that had one)")
+                 + ("wall time, forward-cost calibrations included" if getattr(args, "count_calibration", False)
+                    else "wall time less the forwards of forward-cost calibrations")
+                 + " (one-time per model and context size; the last column counts the runs that had one)")
     return "\n".join(lines)
 
 
@@ -385,7 +387,7 @@ def run(args: argparse.Namespace) -> int:
                 b.close()
     except RuntimeError as e:
         raise SystemExit(f"python -m pld bench versus: {e}") from None
-    summary = summarize(rows, methods)
+    summary = summarize(rows, methods, count_calibration=args.count_calibration)
     text = f"{markdown(summary)}\n\n{caption(builds, args, tasks)}\n"
     differ = sum(s["prompts"] - s["identical"] for s in summary)
     if differ:
