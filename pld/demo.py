@@ -30,10 +30,40 @@ def build_input_ids(tokenizer: Any, prompt: str) -> Any:
     return ids if ids is not None else tokenizer(prompt, return_tensors="pt").input_ids
 
 
+#: Plain runs whose times differ among themselves by more than this (the
+#: A/A pair's spread, over their median) mean a machine too busy to tell.
+NOISE = 0.10
+
+
 def _timed(fn) -> tuple:
     start = time.perf_counter()
     out = fn()
     return out, time.perf_counter() - start
+
+
+def alternating(plain, lookup, repeats: int) -> tuple:
+    """([(output, seconds)] of plain, the same of lookup): ``repeats``
+    pairs, the one going first alternating (plain first in even pairs), so
+    that a machine's drift hits both alike."""
+    plains, lookups = [], []
+    for i in range(repeats):
+        for fn, into in ((plain, plains), (lookup, lookups))[::(1 if i % 2 == 0 else -1)]:
+            into.append(_timed(fn))
+    return plains, lookups
+
+
+def verdict(plain_seconds, lookup_seconds, n_plain: int, n_lookup: int) -> dict:
+    """The comparison of alternating runs: each pair's speedup (tokens/s of
+    pld over plain), their median, min and max; the spread of the plain
+    runs among themselves ((max - min) / median, the A/A noise); and
+    ``noisy`` when that spread passes NOISE or the pairs disagree on
+    which is faster."""
+    import statistics
+
+    ratios = [(n_lookup / tl) / (n_plain / tp) for tp, tl in zip(plain_seconds, lookup_seconds)]
+    spread = (max(plain_seconds) - min(plain_seconds)) / statistics.median(plain_seconds)
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "pairs": len(ratios),
+            "spread": spread, "noisy": spread > NOISE or min(ratios) < 1.0 < max(ratios)}
 
 
 def _sources() -> dict:
@@ -73,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="pairs of plain and pld runs, alternating (default 3): the median speedup, "
+                             "its spread, and whether the machine was too busy to tell")
     return parser
 
 
@@ -136,30 +169,46 @@ def _warm_up(model: Any, input_ids: Any, drafts: str) -> None:
     pld.generate(model, warm, max_new_tokens=8, **_draft_options(drafts))
 
 
-def _print_comparison(args: argparse.Namespace, tokenizer: Any, input_ids: Any, timed_plain: tuple,
-                      timed_lookup: tuple, on_kernel: Optional[tuple]) -> bool:
+def _print_comparison(args: argparse.Namespace, tokenizer: Any, input_ids: Any, plains: list,
+                      lookups: list, on_kernel: Optional[tuple]) -> bool:
     """Print pld's rendered output, then the comparison lines (identical
-    text, both rates, speedup, the kernel's share when on_kernel is given,
-    tokens per forward). timed_*: (output, seconds) as _timed returns.
-    Returns whether the two outputs are token for token the same."""
-    (base, t_base), (result, t_pld) = timed_plain, timed_lookup
+    text, both rates, the median speedup of the alternating pairs and its
+    spread, a line when the machine was too noisy to tell, the kernel's
+    share when on_kernel is given, tokens per forward). plains, lookups:
+    (output, seconds) as _timed returns, a pair each. Returns whether
+    every pld output is token for token plain's."""
+    import statistics
+
+    base, result = plains[0][0], lookups[0][0]
     n_base = base.shape[1] - input_ids.shape[1]
     n_pld = len(result.new_tokens)
     mode = args.color if args.color != "auto" else ("ansi" if sys.stdout.isatty() else "plain")
     print(result.render(tokenizer, mode=mode))
     print()
-    same = base[0, input_ids.shape[1]:].tolist() == result.new_tokens
+    same = all(b[0, input_ids.shape[1]:].tolist() == r.new_tokens for (b, _), (r, _) in zip(plains, lookups))
     stats = result.stats
-    rate_base, rate_pld = n_base / t_base, n_pld / t_pld
+    t_base = statistics.median(t for _, t in plains)
+    t_pld = statistics.median(t for _, t in lookups)
+    v = verdict([t for _, t in plains], [t for _, t in lookups], n_base, n_pld)
     print(f"identical text:        {'yes' if same else 'no'}"
           + ("" if same or not args.sample else " (sampling: a different draw is expected)"))
-    print(f"plain generate():      {n_base} tokens in {t_base:.2f} s = {rate_base:.1f} tokens/s")
-    print(f"prompt lookup (pld):   {n_pld} tokens in {t_pld:.2f} s = {rate_pld:.1f} tokens/s")
-    print(f"speedup:               {rate_pld / rate_base:.2f}x")
+    print(f"plain generate():      {n_base} tokens in {t_base:.2f} s = {n_base / t_base:.1f} tokens/s"
+          f"{_median_of(len(plains))}")
+    print(f"prompt lookup (pld):   {n_pld} tokens in {t_pld:.2f} s = {n_pld / t_pld:.1f} tokens/s"
+          f"{_median_of(len(lookups))}")
+    print(f"speedup:               {v['median']:.2f}x" + (
+        f" (median of {v['pairs']} alternating pairs: {v['min']:.2f}-{v['max']:.2f}x; plain runs "
+        f"{100 * v['spread']:.0f}% apart)" if v["pairs"] > 1 else ""))
+    if v["pairs"] > 1 and v["noisy"]:
+        print(f"noise:                 the machine was too busy to tell: plain runs differed by "
+              f"{100 * v['spread']:.0f}% among themselves"
+              + (" and the pairs disagree on which is faster" if v["min"] < 1.0 < v["max"] else "")
+              + "; run again when it is idle (or with more --repeats)")
     if on_kernel is not None:
         rate_kernel = (on_kernel[0].shape[1] - input_ids.shape[1]) / on_kernel[1]
-        print(f"  of which the kernel: {rate_kernel / rate_base:.2f}x (plain generate() with pld's oneDNN "
-              f"linear layers: {rate_kernel:.1f} tokens/s), prompt lookup: {rate_pld / rate_kernel:.2f}x")
+        print(f"  of which the kernel: {rate_kernel / (n_base / t_base):.2f}x (plain generate() with pld's "
+              f"oneDNN linear layers: {rate_kernel:.1f} tokens/s), prompt lookup: "
+              f"{(n_pld / t_pld) / rate_kernel:.2f}x")
     print(f"tokens per forward:    {stats.tokens_per_step:.2f} "
           f"({n_pld} tokens in {stats.steps} forward passes; {stats.accepted_draft_tokens}/"
           f"{stats.proposed_tokens} draft tokens accepted; {100 * stats.forward_share:.0f}% of the "
@@ -167,9 +216,15 @@ def _print_comparison(args: argparse.Namespace, tokenizer: Any, input_ids: Any, 
     return same
 
 
+def _median_of(n: int) -> str:
+    return f" (median of {n})" if n > 1 else ""
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the demo; 0 when pld's text is greedy's (or --sample), else 1."""
     args = _parser().parse_args(argv)
+    if args.repeats < 1:
+        raise SystemExit(f"python -m pld demo: --repeats must be >= 1, got {args.repeats}")
 
     import torch
 
@@ -192,10 +247,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         with kernel.routing():
             return plain()
 
-    timed_plain = _timed(plain)
-    timed_lookup = _timed(lookup)
+    plains, lookups = alternating(plain, lookup, args.repeats)
     on_kernel = _timed(plain_on_kernel) if kernel.active and not args.sample else None
-    same = _print_comparison(args, tokenizer, input_ids, timed_plain, timed_lookup, on_kernel)
+    same = _print_comparison(args, tokenizer, input_ids, plains, lookups, on_kernel)
     return 0 if (same or args.sample) else 1
 
 

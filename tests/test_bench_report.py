@@ -102,3 +102,11 @@ def test_read_rows_tolerates_a_missing_file_and_blank_lines(tmp_path):
     f = tmp_path / "r.jsonl"
     f.write_text(json.dumps(ROWS[0]) + "\n\n")
     assert report.read_rows(str(f)) == [ROWS[0]]
+
+
+def test_the_machine_line_names_the_vector_units():
+    assert report.vector_units(["fpu", "avx2", "fma"]) == "AVX2"
+    assert report.vector_units(["avx2", "avx512f", "avx512_bf16"]) == "AVX-512, bf16"
+    assert report.vector_units(["avx512f", "amx_tile", "amx_bf16"]) == "AMX, AVX-512, bf16"
+    assert report.vector_units(["fp", "asimd", "sve", "bf16"]) == "SVE, bf16"
+    assert report.vector_units(["fpu"]) == ""

@@ -327,16 +327,9 @@ class _NoOpIndex:
 # -------------------------------------------------------------- reporting
 
 def machine_info() -> Dict:
-    cpu, cores = platform.processor() or platform.machine(), os.cpu_count()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": cores, "platform": platform.platform()}
+    from .report import _cpu_name
+
+    info = {"cpu": _cpu_name(), "cores": os.cpu_count(), "platform": platform.platform()}
     try:
         info["loadavg_at_start"] = list(os.getloadavg())
     except OSError:
@@ -910,7 +903,7 @@ def _markdown(info: Dict, results: Dict, crit: List[Dict], plan: _Plan, methods:
     memory tables, then the criteria table."""
     m, v = info["machine"], info["versions"]
     segment = plan.segment
-    md = [f"# pld lookup benchmark\n",
+    md = ["# pld lookup benchmark\n",
           f"- machine: {m['cpu']}, {m['cores']} cores (load avg at start {m.get('loadavg_at_start')})",
           "- versions: " + ", ".join(f"{k} {v[k]}" for k in
                                      ("python", "torch", "transformers", "numpy", "pld")),

@@ -152,14 +152,41 @@ def caption(config: Dict[str, Any], torch: Any, model: Any) -> str:
 
 
 def _cpu_name() -> str:
+    """The processor's model name and its widest vector units, e.g. "AMD
+    EPYC (AVX-512, bf16)": a CPU's matrix products, and so what a wider
+    forward costs, depend on them."""
+    name, flags = "", set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                if line.startswith("model name") and not name:
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith(("flags", "Features")) and not flags:
+                    flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    units = vector_units(flags)
+    return (name or platform.processor() or platform.machine()) + (f" ({units})" if units else "")
+
+
+def vector_units(flags: Iterable[str]) -> str:
+    """The widest vector and matrix units among /proc/cpuinfo ``flags``:
+    "AMX, AVX-512, bf16", "AVX-512", "AVX2", "NEON"/"SVE" on Arm, or ""."""
+    flags = set(flags)
+    out = []
+    if "amx_tile" in flags:
+        out.append("AMX")
+    if "avx512f" in flags:
+        out.append("AVX-512")
+    elif "avx2" in flags:
+        out.append("AVX2")
+    if "sve" in flags:
+        out.append("SVE")
+    elif "asimd" in flags:
+        out.append("NEON")
+    if "avx512_bf16" in flags or "amx_bf16" in flags or "bf16" in flags:
+        out.append("bf16")
+    return ", ".join(out)
 
 
 def save(out: str, text: str, results: Dict[str, Any]) -> None:
