@@ -6,14 +6,10 @@ on raw token buffers: torch tensors, NumPy arrays and lists, without copies
 where the input is contiguous.
 """
 from ._core import Generator, NgramIndex, accept_greedy, accept_greedy_logits, accept_sample
+from .config import POLICIES, SEMANTICS, DecodeConfig  # (no torch: the options, validated)
 from .lookup import find_candidate_pred_tokens
 
 __version__ = "0.1.0"
-
-#: The match policies an NgramIndex offers (see csrc/pld.h).
-POLICIES = ("first", "recent", "frequent")
-#: The lookup semantics (see find_candidate_pred_tokens).
-SEMANTICS = ("seed", "transformers")
 
 _LAZY = {
     # these need torch and transformers, imported on first use
@@ -36,6 +32,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Corpus",
+    "DecodeConfig",
     "Generation",
     "PromptLookupCandidateGenerator",
     "disable",

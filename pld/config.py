@@ -146,7 +146,7 @@ class DecodeConfig:
       adaptive         the draft length follows acceptance
                        (pld.draft_length.DraftLength)
       draft_tree       several candidate continuations a step, verified as
-                       a token tree under a width budget (pld.tree_decoder;
+                       a token tree under a width budget (pld.decoder;
                        policy is then the index's "recent", which keeps
                        every occurrence); False: one linear draft
       tree_width       the most draft tokens a tree step verifies; the

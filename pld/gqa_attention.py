@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import threading
 from typing import Any, Callable, Iterator, Optional
 
@@ -29,9 +30,10 @@ import torch
 import torch.nn.functional as F
 
 
+@functools.lru_cache(maxsize=None)
 def _torch_has_gqa() -> bool:
     """Whether torch's SDPA takes ``enable_gqa`` (a builtin: no signature to
-    read, so ask it)."""
+    read, so ask it, once, on first use: nothing runs at import)."""
     q = torch.zeros(1, 2, 2, 4)
     kv = torch.zeros(1, 1, 2, 4)
     try:
@@ -40,8 +42,6 @@ def _torch_has_gqa() -> bool:
         return False
     return True
 
-
-_TORCH_HAS_GQA = _torch_has_gqa()
 
 
 def _sdpa_module() -> Optional[Any]:
@@ -118,7 +118,7 @@ def shared_kv_heads() -> Iterator[bool]:
     inside a block, so another thread keeps transformers' behaviour. Blocks
     nest."""
     module = _sdpa_module()
-    if module is None or not _TORCH_HAS_GQA:
+    if module is None or not _torch_has_gqa():
         yield False
         return
     _install(module)

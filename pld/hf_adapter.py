@@ -297,8 +297,13 @@ class TransformersAdapter:
 
     @contextlib.contextmanager
     def kernels(self) -> Iterator[None]:
-        """The kernel choices of the run: the model's linear layers on the
-        chosen matrix product, grouped-query attention over shared heads."""
+        """The kernel choices of the run, for a model on the CPU only: the
+        model's linear layers on the chosen matrix product, grouped-query
+        attention over shared heads. A model elsewhere (a GPU) runs its
+        own kernels, and none of this machinery is entered."""
+        if _device(self.model).type != "cpu":
+            yield
+            return
         if self._kernel is None:
             self._kernel = LinearKernel(self.model, self._kernel_mode)
         with self._kernel.routing(), shared_kv_heads():

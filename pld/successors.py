@@ -22,7 +22,7 @@ where the prediction was another token). Where a pair was seen, its
 prediction comes first.
 
 The table is a guess, never a decision: whatever it proposes, acceptance
-walks the model's own choices (pld.tree_decoder), so the tokens stay plain
+walks the model's own choices (pld.accept_walk), so the tokens stay plain
 decoding's. It is a function of what the generation computed so far (no
 clock, no randomness), so seeded sampling repeats.
 """

@@ -21,7 +21,7 @@ continuations of the sequence into a trie. A step then
    (:func:`attention_mask`).
 
 Nothing here changes what is generated: acceptance walks from the root
-along the model's own choices (pld.tree_decoder).
+along the model's own choices (pld.accept_walk).
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ For each stream (real tokenized text, random ids) and context length L:
                       then twice extend(guess) + propose_tree(9, ...) +
                       truncate back, + extend(token): the candidate tries
                       of a token-tree step with the model's successors
-                      (pld.tree_decoder's defaults: TreeDecoder.guess_ahead).
+                      (the 'ahead' draft source: pld.drafts.guesses_ahead).
   pld.NgramIndex[first], out=buffer
                       step = propose(10, out=buffer) + extend(token): the
                       draft written into a NumPy int64 array (no list, no
