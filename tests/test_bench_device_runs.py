@@ -31,9 +31,15 @@ def test_forward_cost_reports_a_curve_and_what_pld_learns_per_context(tmp_path):
 def test_exactness_counts_identical_outputs_per_path(tmp_path):
     res = run_bench(tmp_path, "exactness", "--device", "cpu", "--archs", "llama,mamba", "--wide-shape", "tiny",
                     "--wide-dtypes", "float32", "--wide-prompts", "1")
+    import transformers
+
     llama = res["zoo"]["llama"]
-    assert all(llama[p] == "identical" for p in ("pld.generate", "draft_tree", "enable", "batch", "transformers",
+    assert all(llama[p] == "identical" for p in ("pld.generate", "draft_tree", "enable", "batch",
                                                  "sampling repeats", "rng untouched")), llama
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        assert llama["transformers"] == "identical"
+    else:  # 4.57's own prompt lookup trips over eos_token_id=None: reported, not hidden
+        assert llama["transformers"] == "identical" or llama["transformers"].startswith("error: TypeError")
     assert "stateful" in res["zoo"]["mamba"]["refused"]
     (wide,) = res["wide"]["float32"]
     assert wide["pld.generate"] == wide["draft_tree"] == wide["batch"] == "identical"
