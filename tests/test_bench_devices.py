@@ -29,6 +29,11 @@ class _Events:
     def sync(self):
         self.seen.append("sync")
 
+    def meter(self, calls, seconds):
+        """A stand-in ForwardMeter that records its syncs and resets here."""
+        return types.SimpleNamespace(calls=calls, seconds=seconds, sync=self.sync,
+                                     reset=lambda: self.seen.append("reset"))
+
 
 def test_the_forward_meter_waits_for_its_device_around_every_forward(monkeypatch):
     events = _Events()
@@ -52,21 +57,12 @@ def test_the_forward_meter_waits_for_its_device_around_every_forward(monkeypatch
 def test_a_generation_is_timed_after_the_device_is_done(monkeypatch):
     events = _Events()
 
-    class Meter:
-        calls, seconds = 3, 0.5
-
-        def sync(self):
-            events.sync()
-
-        def reset(self):
-            events.seen.append("reset")
-
     def generate(ids):
         events.seen.append("generate")
         return torch.cat([ids, torch.tensor([[7, 8]])], dim=1)
 
     tok = types.SimpleNamespace(decode=lambda ids, skip_special_tokens: "x")
-    row = generation.measure(generate, torch.tensor([[1, 2, 3]]), tok, Meter())
+    row = generation.measure(generate, torch.tensor([[1, 2, 3]]), tok, events.meter(3, 0.5))
     assert events.seen == ["sync", "reset", "generate", "sync"]
     assert row["new_tokens"] == 2 and row["forward_calls"] == 3
 
@@ -75,17 +71,7 @@ def test_host_time_is_wall_time_minus_forward_time_per_forward(monkeypatch):
     ticks = iter([10.0, 12.0])
     monkeypatch.setattr(generation.time, "perf_counter", lambda: next(ticks))
     events = _Events()
-
-    class Meter:
-        calls, seconds = 4, 1.2
-
-        def sync(self):
-            events.sync()
-
-        def reset(self):
-            events.seen.append("reset")
-
-    got = host_time.timed(lambda ids: torch.zeros((1, 9)), torch.zeros((1, 4)), Meter())
+    got = host_time.timed(lambda ids: torch.zeros((1, 9)), torch.zeros((1, 4)), events.meter(4, 1.2))
     assert events.seen == ["sync", "reset", "sync"]
     assert got["new_tokens"] == 5 and got["forwards"] == 4
     assert got["host_ms_per_forward"] == pytest.approx((2.0 - 1.2) / 4 * 1e3)
@@ -118,7 +104,7 @@ def test_the_batch_benchmark_feeds_the_models_device_and_waits_for_it(monkeypatc
     monkeypatch.setattr(generation, "chat_input_ids", lambda tok, turns, answers: torch.tensor([[5, 6, 7]]))
     model = types.SimpleNamespace(parameters=lambda: iter([torch.empty(1, device="meta")]),
                                   generation_config=types.SimpleNamespace(eos_token_id=2))
-    meter = types.SimpleNamespace(sync=events.sync, reset=lambda: events.seen.append("reset"), calls=2)
+    meter = events.meter(2, 0.0)
     prompts = [types.SimpleNamespace(task="rag", turns=("q",)) for _ in range(4)]
     args = argparse.Namespace(batch_size=2, out=str(tmp_path))
     tok = types.SimpleNamespace(pad_token_id=0, eos_token_id=2)
