@@ -110,7 +110,7 @@ class Decoder:
         self.budget = budget if budget is not None else (
             WidthBudget(config.tree_width) if branches else WidthBudget(config.num_pred_tokens, CHAIN_EXPLORATION))
         self.cost: Any = None  # c(w): learned (pld.forward_cost), or a fixed table
-        self._wait = forward_cost.synchronizer(input_ids.device) or _nothing
+        self._wait = forward_cost.waiter(input_ids.device)
         self.pad = pad_id(pad_token_id, config)
         self.stats = LoopStats()
         self.done = False
@@ -242,7 +242,7 @@ class Decoder:
                self.config.linear_kernel, P)
         with torch.no_grad():
             return forward_cost.learned(self.model.model, key, probe, sorted({P, top}), clock=forward_cost.clock,
-                                        synchronize=forward_cost.synchronizer(self.input_ids.device))
+                                        synchronize=self._wait)
 
     # -- verify ----------------------------------------------------------------
     def _forward(self, nodes: List[List[int]], parents: List[List[int]], depths: List[List[int]]) -> torch.Tensor:
@@ -409,10 +409,6 @@ def _link_siblings(rows: List[Row], input_ids: torch.Tensor, mask: Optional[torc
     for group in groups.values():
         for row in group:
             row.siblings = [s for s in group if s is not row]
-
-
-def _nothing() -> None:
-    pass
 
 
 def eos_cut(new: Sequence[int], eos: Sequence[int]) -> Tuple[int, bool]:

@@ -12,8 +12,9 @@ verification forward is a timed sample of t(w) at the current context. It
 starts from two timed probe forwards (w = 1 and the widest a step may
 use), then fits a line through the fastest time of each width among the
 last :data:`WINDOW` forwards with drafts, and keeps the fastest recent
-one-token forward, so a load spike is forgotten within WINDOW forwards. One is kept per model and key (batch size, context size
-class, dtype, device, kernel): a later generation goes on from what the
+one-token forward, so a load spike is forgotten within WINDOW forwards.
+One is kept per model and key (batch size, context size class, dtype,
+device, kernel): a later generation goes on from what the
 earlier ones learned, with no probe. The width choice reads it; greedy
 tokens never depend on it, and sampling draws one uniform a token whatever
 the drafts, so a seeded run still repeats its tokens.
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import statistics
 import threading
 import time
 import weakref
@@ -186,6 +186,12 @@ def synchronizer(device: Any) -> Optional[Callable[[], None]]:
     if device.type == "mps":
         return backend.synchronize
     return lambda: backend.synchronize(device)
+
+
+def waiter(device: Any) -> Callable[[], None]:
+    """:func:`synchronizer` of ``device``, or a function that does nothing
+    where there is nothing to wait for (the CPU)."""
+    return synchronizer(device) or _nothing
 
 
 def time_widths(forward: Callable[[int], Any], widths: Sequence[int], repeats: int = REPEATS,

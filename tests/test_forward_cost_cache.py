@@ -284,11 +284,8 @@ def test_a_spike_in_the_first_steps_stops_drafts_for_a_bounded_number_of_steps(m
     drafts again once the spike has left the learned cost's window."""
     import random
 
-    import torch
-
     import models_fixtures as mf
     import pld
-
     from pld.hf_adapter import model_traits
 
     model = mf.tiny_model("gpt2")  # (a tied GPT-2 repeats itself: drafts are accepted)

@@ -165,7 +165,7 @@ def _one_model(name: Optional[str], dtype: str, label: str, args: argparse.Names
     from pld import forward_cost
 
     model, _, described = shapes.load_model(name, dtype, device)
-    wait = forward_cost.synchronizer(device) or (lambda: None)
+    wait = forward_cost.waiter(device)
     widths = sorted({1, *(int(w) for w in args.widths.split(",") if w.strip())})
     out: Dict[str, Any] = {"model": described, "dtype": dtype, "contexts": {}}
     for T in _contexts(args):

@@ -256,7 +256,7 @@ class ForwardMeter:
     def __init__(self, model: Any, device: Any = "cpu") -> None:
         from pld import forward_cost
 
-        self._wait = forward_cost.synchronizer(device)
+        self._wait = forward_cost.waiter(device)
         self.calls = 0
         self.seconds = 0.0
         self._t0: Optional[float] = None
@@ -268,8 +268,7 @@ class ForwardMeter:
 
     def sync(self) -> None:
         """Wait for the work queued on the device (nothing on the CPU)."""
-        if self._wait is not None:
-            self._wait()
+        self._wait()
 
     def _before(self, module: Any, inputs: Any) -> None:
         self.sync()

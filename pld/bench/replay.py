@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     target, _, described = shapes.load_model(tgt_name, tgt_dtype, device)
-    wait = forward_cost.synchronizer(device) or (lambda: None)
+    wait = forward_cost.waiter(device)
     replay(target, 64, [(10, 3, 4)], wait)  # warm-up
     for i, item in enumerate(runs):
         plans = {"greedy": [(0, 0, 1)] * item["new_tokens"], **{k: item[k] for k in KINDS}}
