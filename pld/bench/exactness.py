@@ -82,8 +82,8 @@ def _rng_states(device: Any) -> List[Any]:
 def check_model(model: Any, prompts: List[List[int]], pad: int, new: int = NEW,
                 sampling: bool = True) -> Dict[str, str]:
     """Each path's outcome on ``model`` (on its device): "identical",
-    "differs", "error: ..." or "refused: why" (a model pld's loop cannot
-    serve)."""
+    "differs" or "error: ..."; {"refused": why} for a model pld's loop
+    cannot serve."""
     import torch
 
     import pld
@@ -120,10 +120,12 @@ def check_model(model: Any, prompts: List[List[int]], pad: int, new: int = NEW,
 
     def repeats():
         runs = []
-        for _ in range(2):
-            torch.manual_seed(11)
-            runs.append(pld.generate(model, one, max_new_tokens=12, eos_token_id=None, do_sample=True,
-                                     temperature=0.8).new_tokens)
+        forked = [device.index or 0] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=forked):  # (the caller's RNG states come back)
+            for _ in range(2):
+                torch.manual_seed(11)
+                runs.append(pld.generate(model, one, max_new_tokens=12, eos_token_id=None, do_sample=True,
+                                         temperature=0.8).new_tokens)
         return runs[0] == runs[1] and len(runs[0]) == 12
 
     def untouched():
