@@ -301,3 +301,34 @@ def test_a_forged_header_with_a_valid_checksum_loads_or_is_a_value_error(tmp_pat
         assert "corpus file" in str(error)
     else:
         assert all(0 <= t for s in loaded.sequences() for t in s)
+
+
+def test_bind_vocab_refuses_bad_arguments_and_converts_them_before_its_lock():
+    c = Corpus(10)
+    c.add([3, 4])
+    core = c._core
+    with pytest.raises(TypeError, match="2 arguments"):
+        core._bind_vocab(5)
+    with pytest.raises(TypeError, match="vocab_size"):
+        core._bind_vocab("5", True)
+    with pytest.raises(TypeError, match="vocab_size"):
+        core._bind_vocab(5.0, True)
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="vocab_size"):
+            core._bind_vocab(bad, True)
+
+    class Size:  # caller code while converting: it touches the corpus
+        def __index__(self):
+            core.add([1])
+            return 50
+
+    class Flag:
+        def __bool__(self):
+            core.add([2])
+            return True
+
+    done, error = _finishes(core._bind_vocab, Size(), Flag())
+    assert done and error is None
+    with pytest.raises(ValueError, match="token id 50"):
+        c.add([50])  # the bound that call set
+    assert core._bind_vocab(4, False) == 4  # the largest id held (4) is not below 4
