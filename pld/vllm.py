@@ -1,0 +1,373 @@
+"""pld as vLLM's drafter: ``speculative_config={"model": "pld.vllm.Drafter",
+"num_speculative_tokens": k}``.
+
+vLLM builds ``Drafter(vllm_config)`` through its ``custom_class`` plug point
+and calls :meth:`Drafter.propose` once a step with every running row. Each
+request drafts from its own incremental C index (``pld.NgramIndex``): a step
+extends it by the tokens accepted and looks up the suffix n-gram, at a cost
+that does not grow with the context. Options come from
+``additional_config["pld"]`` (``--additional-config '{"pld": {...}}'``):
+
+    prompt_lookup_min, prompt_lookup_max   n-gram sizes (default 1, 3)
+    adaptive      draft lengths from each request's acceptance (default
+                  true: grow after a full accept, shrink and pause after
+                  rejections, pld.draft_length); false: always k
+    corpus        a pld.Corpus file to load at start (must exist)
+    learn         add each finished request's output to the corpus
+                  (default true when a corpus is given or saved)
+    save_corpus   a path the corpus is written to (atomically) when it has
+                  learned and ``save_every`` seconds (default 5) have passed
+                  since the last save, and when the drafter closes
+    corpus_max_tokens   size of a new corpus (default 1 << 22)
+
+Rows carry no request ids and vLLM moves them between steps (finished
+requests leave, rows are condensed, preempted requests come back elsewhere),
+so a request is recognised by its tokens, never by its row: every step a
+row's tokens are checked against the state last seen there (its first and
+last tokens and a rolling window that covers the whole context every few
+hundred tokens), and a row that fails is matched in full against the states
+held, or gets a fresh index. States no row uses go to a bounded pool (for
+preempted requests), their outputs to the corpus. Everything depends on the
+step's inputs alone, so every tensor-parallel rank drafts the same tokens.
+Drafts never change vLLM's output: it verifies them.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import time
+import weakref
+from collections import OrderedDict
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import _core
+from .draft_length import DraftLength
+
+logger = logging.getLogger("pld")
+
+HEAD = 16  # tokens keyed on and checked at the start of a row
+TAIL = 32  # tokens checked at the end of what a state holds
+WINDOW = 256  # tokens of the rolling check a step
+OPTIONS = {"prompt_lookup_min", "prompt_lookup_max", "adaptive", "corpus", "learn", "save_corpus",
+           "save_every", "corpus_max_tokens"}
+
+
+class DrafterOptions:
+    """The validated options (ValueError/TypeError naming the option)."""
+
+    def __init__(self, k: Any, max_model_len: int, raw: Any) -> None:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise TypeError(f"additional_config['pld'] must be a dict, got {type(raw).__name__}")
+        unknown = sorted(set(raw) - OPTIONS)
+        if unknown:
+            raise ValueError(f"additional_config['pld']: unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
+        self.k = _int("num_speculative_tokens", k, 1, _core.MAX_DRAFT)
+        self.max_model_len = _int("max_model_len", max_model_len, 1, 1 << 40)
+        self.min_n = _int("prompt_lookup_min", raw.get("prompt_lookup_min", 1), 1, _core.MAX_NGRAM)
+        self.max_n = _int("prompt_lookup_max", raw.get("prompt_lookup_max", 3), 1, _core.MAX_NGRAM)
+        if self.min_n > self.max_n:
+            raise ValueError(f"prompt_lookup_min ({self.min_n}) must not exceed prompt_lookup_max ({self.max_n})")
+        self.adaptive = _bool("adaptive", raw.get("adaptive", True))
+        self.corpus = _path("corpus", raw.get("corpus"))
+        self.save_corpus = _path("save_corpus", raw.get("save_corpus"))
+        self.learn = _bool("learn", raw.get("learn", self.corpus is not None or self.save_corpus is not None))
+        self.save_every = _seconds("save_every", raw.get("save_every", 5.0))
+        self.corpus_max_tokens = _int("corpus_max_tokens", raw.get("corpus_max_tokens", 1 << 22), 1,
+                                      _core.CORPUS_MAX_TOKENS)
+        if self.corpus is not None and not os.path.isfile(self.corpus):
+            raise ValueError(f"additional_config['pld']['corpus']: no such file: {self.corpus!r}")
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= int(value) <= hi:
+        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
+    return int(value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"additional_config['pld']['{name}'] must be true or false, got {value!r}")
+    return value
+
+
+def _seconds(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"additional_config['pld']['{name}'] must be a number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def _path(name: str, value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"additional_config['pld']['{name}'] must be a file path, got {value!r}")
+    return value
+
+
+class _Request:
+    """One request's drafting state: its index, a copy of its tokens (for
+    recognition), where its output starts, and its draft length."""
+
+    __slots__ = ("index", "tokens", "n", "prompt", "cursor", "length", "proposed", "key")
+
+    def __init__(self, row: np.ndarray, n: int, prompt: int, options: DrafterOptions) -> None:
+        self.index = _core.NgramIndex(options.max_n, options.min_n, "first", seed=0)
+        self.tokens = np.empty(max(64, 2 * n), dtype=row.dtype)
+        self.n = 0
+        self.prompt = prompt
+        self.cursor = 0
+        self.length = DraftLength(options.k, adaptive=options.adaptive)
+        self.proposed = 0
+        self.key = b""
+        self.append(row, n)
+
+    def append(self, row: np.ndarray, n: int) -> None:
+        """Take row[self.n:n] (the tokens accepted since the last step)."""
+        if n > len(self.tokens):
+            grown = np.empty(max(n, 2 * len(self.tokens)), dtype=self.tokens.dtype)
+            grown[:self.n] = self.tokens[:self.n]
+            self.tokens = grown
+        new = row[self.n:n]
+        self.tokens[self.n:n] = new
+        self.index.extend(new)
+        self.n = n
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n tokens; the drafts' history starts again (a
+        request that shares them, or lost tokens, drafts as a fresh one
+        would, so that a seeded request repeats)."""
+        self.index.truncate(n)
+        self.n = n
+        self.cursor = 0
+        self.prompt = min(self.prompt, n)
+        self.length = DraftLength(self.length.k, adaptive=self.length.adaptive)
+        self.proposed = 0
+
+    def seems(self, row: np.ndarray, limit: int) -> bool:
+        """Whether ``row`` (``limit`` tokens) still looks like this request:
+        its head, the tail of what is held, and the next rolling window."""
+        m = min(self.n, limit)
+        h = min(m, HEAD)
+        t = max(0, m - TAIL)
+        if row[:h].tobytes() != self.tokens[:h].tobytes() or row[t:m].tobytes() != self.tokens[t:m].tobytes():
+            return False
+        c = self.cursor if self.cursor < m else 0
+        e = min(c + WINDOW, m)
+        self.cursor = e
+        return row[c:e].tobytes() == self.tokens[c:e].tobytes()
+
+    def is_prefix_of(self, row: np.ndarray, limit: int) -> bool:
+        """Whether the tokens held are exactly ``row[:n]`` (n <= limit)."""
+        return self.n <= limit and row[:self.n].tobytes() == self.tokens[:self.n].tobytes()
+
+    def output(self) -> List[int]:
+        return self.tokens[self.prompt:self.n].tolist()
+
+
+class Drafter:
+    """vLLM's ``custom_class`` drafter: ``Drafter(vllm_config)``, then
+    :meth:`propose` each step (see the module's docstring). Raises
+    ValueError/TypeError at engine start for bad options or a corpus file
+    that is missing, corrupt, or from another vocabulary."""
+
+    def __init__(self, vllm_config: Any) -> None:
+        extra = getattr(vllm_config, "additional_config", None) or {}
+        if not isinstance(extra, dict):
+            raise TypeError(f"additional_config must be a dict, got {type(extra).__name__}")
+        model = vllm_config.model_config
+        self.options = DrafterOptions(vllm_config.speculative_config.num_speculative_tokens,
+                                      model.max_model_len, extra.get("pld"))
+        self.pool_size = max(1, int(getattr(vllm_config.scheduler_config, "max_num_seqs", 256)))
+        self.rows: Dict[int, _Request] = {}  # row -> the request last seen there
+        self.keys: Dict[bytes, List[_Request]] = {}  # head tokens -> requests held
+        self.pool: "OrderedDict[int, _Request]" = OrderedDict()  # requests in no row, oldest first
+        self.corpus = _open_corpus(self.options, model)
+        self._closed = False
+        self._saved_at: Optional[float] = None
+        atexit.register(_close_at_exit, weakref.ref(self))
+
+    # ------------------------------------------------------------- the step
+
+    def propose(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any,
+                token_ids_cpu: np.ndarray, slot_mappings: Any = None, **_: Any) -> List[List[int]]:
+        """One draft (a list of ids, maybe empty) per row of
+        ``sampled_token_ids``: row i holds ``token_ids_cpu[i,
+        :num_tokens_no_spec[i]]``; a row with no token sampled this step
+        (a prefill in progress) gets none."""
+        lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
+        claimed = self._recognise(sampled_token_ids, lengths, token_ids_cpu)
+        drafts = []
+        for i, sampled in enumerate(sampled_token_ids):
+            if not sampled or lengths[i] >= self.options.max_model_len:
+                drafts.append([])
+                continue
+            state = claimed.get(i)
+            if state is None:
+                state = claimed[i] = self._find(token_ids_cpu[i], lengths[i], claimed) or \
+                    _Request(token_ids_cpu[i], lengths[i], lengths[i] - len(sampled), self.options)
+            self._advance(state, token_ids_cpu[i], lengths[i], len(sampled))
+            drafts.append(self._draft(state, lengths[i]))
+        self._release(claimed)
+        return drafts
+
+    def _recognise(self, sampled: Sequence[Sequence[int]], lengths: List[int], tokens: np.ndarray
+                   ) -> Dict[int, _Request]:
+        """The rows whose state last seen there still matches (also a row
+        with nothing sampled this step: a prefill in progress)."""
+        claimed: Dict[int, _Request] = {}
+        for i, state in self.rows.items():
+            if i < len(lengths) and state.seems(tokens[i], lengths[i]):
+                claimed[i] = state
+        return claimed
+
+    def _find(self, row: np.ndarray, n: int, claimed: Dict[int, _Request]) -> Optional[_Request]:
+        """The longest state held whose tokens are exactly a prefix of the
+        row, that no other row has claimed (checked in full: this runs only
+        for a new, moved or resumed request)."""
+        taken = {id(s) for s in claimed.values()}
+        best = None
+        for state in self.keys.get(row[:min(HEAD, n)].tobytes(), ()):
+            if id(state) not in taken and state.is_prefix_of(row, n) and (best is None or state.n > best.n):
+                best = state
+        if best is not None:
+            self.pool.pop(id(best), None)
+        return best
+
+    def _advance(self, state: _Request, row: np.ndarray, n: int, sampled: int) -> None:
+        """Learn how the last draft fared, then take the new tokens."""
+        if state.proposed:
+            state.length.update(state.proposed, min(sampled - 1, state.proposed))
+            state.proposed = 0
+        if n < state.n:  # tokens vLLM discarded
+            state.truncate(n)
+        elif n > state.n:
+            state.append(row, n)
+        if len(state.key) < HEAD * state.tokens.itemsize:
+            self._key(state)
+
+    def _draft(self, state: _Request, n: int) -> List[int]:
+        want = min(state.length.next(), self.options.max_model_len - n)
+        if want <= 0:
+            return []
+        draft = state.index.propose(want)
+        if not draft and self.corpus is not None and len(self.corpus):
+            context = state.tokens[max(0, n - self.corpus.max_ngram):n]
+            draft = best_chain(*self.corpus.propose_tree(context, want))
+        state.proposed = len(draft)
+        return draft
+
+    # ------------------------------------------------------ states and keys
+
+    def _key(self, state: _Request) -> None:
+        """File the state under its head tokens (again, while it has fewer
+        than HEAD)."""
+        key = state.tokens[:min(HEAD, state.n)].tobytes()
+        if key == state.key:
+            return
+        self._unkey(state)
+        state.key = key
+        self.keys.setdefault(key, []).append(state)
+
+    def _unkey(self, state: _Request) -> None:
+        bucket = self.keys.get(state.key)
+        if bucket is not None:
+            bucket[:] = [s for s in bucket if s is not state]
+            if not bucket:
+                del self.keys[state.key]
+
+    def _release(self, claimed: Dict[int, _Request]) -> None:
+        """Requests in no row now go to the pool (a preempted one comes
+        back), their outputs to the corpus; the pool keeps the newest."""
+        if claimed == self.rows:  # (the states compare by identity)
+            return
+        kept = {id(s) for s in claimed.values()}
+        learned = False
+        for state in self.rows.values():
+            if id(state) not in kept and id(state) not in self.pool:
+                self.pool[id(state)] = state
+                if self.corpus is not None and self.options.learn:
+                    learned = self.corpus.offer(state.output()) or learned
+        self.rows = claimed
+        if learned and (self._saved_at is None or time.monotonic() - self._saved_at >= self.options.save_every):
+            self._save()
+        while len(self.pool) > self.pool_size:
+            _, state = self.pool.popitem(last=False)
+            self._unkey(state)
+
+    @property
+    def num_requests(self) -> int:
+        """Requests held: in a row, or in the pool."""
+        return len({id(s) for bucket in self.keys.values() for s in bucket})
+
+    def close(self) -> None:
+        """Save the corpus where ``save_corpus`` says (once; also at exit)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._save()
+
+    def _save(self) -> None:
+        """Write the corpus to ``save_corpus`` (if asked); a failure warns."""
+        if self.corpus is not None and self.options.save_corpus is not None:
+            self._saved_at = time.monotonic()  # (a time only decides when to write, never a draft)
+            try:
+                self.corpus.save(self.options.save_corpus)
+            except OSError as error:  # the served outputs stand
+                logger.warning("pld: could not save the corpus to %r (%s)", self.options.save_corpus, error)
+
+    def load_model(self, *args: Any, **kwargs: Any) -> None:
+        """vLLM's hook for drafters with weights: pld has none."""
+
+
+def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
+    drafter = ref()
+    if drafter is not None:
+        drafter.close()
+
+
+def best_chain(tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int],
+               ngrams: Sequence[int], supports: Sequence[int]) -> List[int]:
+    """The path of a draft trie (Corpus.propose_tree's result) that follows
+    the most supported child at each node (the first on ties)."""
+    children: Dict[int, List[int]] = {}
+    for node, parent in enumerate(parents):
+        children.setdefault(parent, []).append(node)
+    chain, at = [], -1
+    while at in children:
+        at = max(children[at], key=lambda node: supports[node])
+        chain.append(tokens[at])
+    return chain
+
+
+def _open_corpus(options: DrafterOptions, model: Any) -> Any:
+    """The corpus the options ask for, bound to the model's vocabulary
+    (ValueError naming the file if it holds ids of another)."""
+    if options.corpus is None and not options.learn and options.save_corpus is None:
+        return None
+    from .corpus import Corpus
+
+    if options.corpus is not None:
+        corpus = Corpus.load(options.corpus)
+    else:
+        corpus = Corpus(options.corpus_max_tokens)
+    vocab = int(model.get_vocab_size())
+    hf = getattr(model, "hf_config", None)
+    special = tuple(_ids(getattr(hf, name, None)) for name in ("bos_token_id", "eos_token_id", "pad_token_id"))
+    try:
+        corpus.bind(vocab, (vocab,) + special)
+    except ValueError as error:
+        raise ValueError(f"additional_config['pld']['corpus'] ({options.corpus!r}): {error}") from None
+    return corpus
+
+
+def _ids(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return None if value is None else int(value)

@@ -1,0 +1,392 @@
+"""pld.vllm.Drafter driven the way vLLM's runner drives it, without vLLM:
+a fake input batch (a [rows, max_model_len] token array and the rows'
+lengths) that adds, condenses, swaps, preempts, resumes and forks requests,
+and prefills in chunks. Every draft is compared with a brute-force
+reference that knows each row's request and looks the draft up in its
+tokens alone (tests/reference.py). No torch: these run under the
+sanitizers too.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pld
+from pld import _core
+from pld.corpus import Corpus
+from pld.vllm import HEAD, WINDOW, Drafter, best_chain
+
+from reference import find_candidate_reference
+
+VOCAB = 50
+
+
+def config(k=4, max_model_len=400, max_num_seqs=8, vocab=VOCAB, **pld_options):
+    model = types.SimpleNamespace(max_model_len=max_model_len, get_vocab_size=lambda: vocab,
+                                  hf_config=types.SimpleNamespace(bos_token_id=1, eos_token_id=2, pad_token_id=None))
+    return types.SimpleNamespace(
+        speculative_config=types.SimpleNamespace(num_speculative_tokens=k),
+        model_config=model, scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs),
+        additional_config={"pld": pld_options} if pld_options is not None else {})
+
+
+class FakeBatch:
+    """vLLM's input batch as the drafter sees it: rows packed from 0, each
+    holding a request's tokens; requests carry ids the drafter never sees."""
+
+    def __init__(self, rows: int, max_len: int, rng: random.Random, vocab: int) -> None:
+        self.tokens = np.zeros((rows, max_len), dtype=np.int32)
+        self.lengths = np.zeros(rows, dtype=np.int32)
+        self.max_len, self.rng, self.vocab = max_len, rng, vocab
+        self.order: list = []  # request id per row
+        self.seqs: dict = {}  # request id -> tokens
+        self.prefilling: dict = {}  # request id -> steps of prefill left
+        self.drafts: dict = {}  # request id -> its last draft
+        self.next_id = 0
+
+    def _write(self, row: int, rid: int) -> None:
+        seq = self.seqs[rid]
+        self.tokens[row, :] = -7  # stale content a real batch may leave behind
+        self.tokens[row, :len(seq)] = seq
+        self.lengths[row] = len(seq)
+
+    def add(self, prompt, chunks: int = 0, rid=None) -> int:
+        if rid is None:
+            rid, self.next_id = self.next_id, self.next_id + 1
+            self.seqs[rid] = list(prompt)
+        self.order.append(rid)
+        self.prefilling[rid] = chunks
+        self._write(len(self.order) - 1, rid)
+        return rid
+
+    def remove(self, rid: int) -> None:
+        """Finish or preempt: the last row moves into the hole (condense)."""
+        row = self.order.index(rid)
+        last = self.order.pop()
+        if last != rid:
+            self.order[row] = last
+            self._write(row, last)
+        self.drafts.pop(rid, None)
+
+    def swap(self, i: int, j: int) -> None:
+        self.order[i], self.order[j] = self.order[j], self.order[i]
+        self._write(i, self.order[i])
+        self._write(j, self.order[j])
+
+    def step(self) -> list:
+        """Accept part of each row's last draft plus one token; the rows'
+        sampled tokens (empty while a prefill runs)."""
+        sampled = []
+        for row, rid in enumerate(self.order):
+            if self.prefilling[rid] > 0:
+                self.prefilling[rid] -= 1
+                sampled.append([])
+                continue
+            seq, draft = self.seqs[rid], self.drafts.get(rid, [])
+            room = self.max_len - len(seq)
+            if room <= 0:
+                sampled.append([])
+                continue
+            keep = self.rng.randint(0, len(draft))
+            new = (draft[:keep] + [self._next(seq)])[:room]
+            seq.extend(new)
+            self.tokens[row, len(seq) - len(new):len(seq)] = new
+            self.lengths[row] = len(seq)
+            sampled.append(new)
+        return sampled
+
+    def _next(self, seq) -> int:
+        if len(seq) > 4 and self.rng.random() < 0.7:  # copy what followed an earlier token
+            i = self.rng.randrange(len(seq) - 1)
+            return seq[i + 1]
+        return self.rng.randrange(self.vocab)
+
+    def reference(self, sampled, k: int, max_n: int = 3, min_n: int = 1) -> list:
+        out = []
+        for rid, new in zip(self.order, sampled):
+            seq = self.seqs[rid]
+            want = min(k, self.max_len - len(seq))
+            out.append(find_candidate_reference(seq, max_n, want, min_n) if new and want > 0 else [])
+        return out
+
+
+def drive(drafter: Drafter, batch: FakeBatch, sampled: list, k: int) -> list:
+    drafts = drafter.propose(sampled, batch.lengths, batch.tokens)
+    assert len(drafts) == len(sampled)
+    for rid, draft in zip(batch.order, drafts):
+        batch.drafts[rid] = list(draft)
+    assert drafts == batch.reference(sampled, k)
+    return drafts
+
+
+def random_events(batch: FakeBatch, rng: random.Random, rows: int, vocab: int) -> None:
+    live = list(batch.order)
+    roll = rng.random()
+    if roll < 0.25 and len(batch.order) < rows:
+        if live and rng.random() < 0.3:  # n > 1: another sample of a running prompt
+            src = batch.seqs[rng.choice(live)]
+            batch.add(src[:rng.randint(1, len(src))], chunks=rng.randint(0, 2))
+        else:
+            batch.add([rng.randrange(vocab) for _ in range(rng.randint(1, 40))], chunks=rng.randint(0, 2))
+    elif roll < 0.35 and live:
+        batch.remove(rng.choice(live))
+    elif roll < 0.45 and len(live) >= 2:
+        batch.swap(*rng.sample(range(len(live)), 2))
+    elif roll < 0.5 and live and len(batch.order) <= rows:  # preempt now, resume later
+        rid = rng.choice(live)
+        batch.remove(rid)
+        batch.preempted = getattr(batch, "preempted", []) + [rid]
+    elif roll < 0.6 and getattr(batch, "preempted", None) and len(batch.order) < rows:
+        batch.add(None, chunks=rng.randint(0, 1), rid=batch.preempted.pop(0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 8), k=st.integers(1, 6))
+def test_drafts_equal_a_reference_that_knows_each_rows_request(seed, vocab, k):
+    """Rows added, finished (condensed), swapped, preempted and resumed,
+    forked (n > 1), prefilled in chunks, over tiny vocabularies where
+    requests look alike: each draft is the one the row's own request gives."""
+    rng = random.Random(seed)
+    rows = 5
+    batch = FakeBatch(rows, 200, rng, vocab)
+    drafter = Drafter(config(k=k, max_model_len=200, max_num_seqs=rows, adaptive=False))
+    for _ in range(60):
+        random_events(batch, rng, rows, vocab)
+        drive(drafter, batch, batch.step(), k)
+    assert drafter.num_requests <= 2 * rows  # in a row, or in the pool
+
+
+def test_a_request_resumed_after_preemption_keeps_its_index():
+    rng = random.Random(1)
+    batch = FakeBatch(4, 300, rng, 20)
+    drafter = Drafter(config(k=5, max_model_len=300, adaptive=False))
+    a = batch.add([rng.randrange(20) for _ in range(60)])
+    batch.add([rng.randrange(20) for _ in range(60)])
+    for _ in range(5):
+        drive(drafter, batch, batch.step(), 5)
+    held = {id(s): s for s in drafter.rows.values()}
+    batch.remove(a)
+    drive(drafter, batch, batch.step(), 5)
+    assert len(drafter.pool) == 1
+    batch.add(None, chunks=1, rid=a)
+    for _ in range(3):
+        drive(drafter, batch, batch.step(), 5)
+    assert {id(s) for s in drafter.rows.values()} == set(held)  # the same states, no rebuild
+    assert not drafter.pool
+
+
+def test_memory_is_bounded_by_the_rows_and_the_pool():
+    rng = random.Random(2)
+    batch = FakeBatch(3, 120, rng, 30)
+    drafter = Drafter(config(k=3, max_model_len=120, max_num_seqs=3, adaptive=False))
+    for i in range(40):
+        if len(batch.order) == 3:
+            batch.remove(batch.order[rng.randrange(3)])
+        batch.add([rng.randrange(30) for _ in range(20)])
+        drive(drafter, batch, batch.step(), 3)
+    assert len(drafter.pool) <= 3
+    assert drafter.num_requests <= 6
+
+
+def test_a_look_alike_request_is_caught_by_the_rolling_check():
+    """Two long requests equal in their head and their latest tokens and
+    different in the middle: the row's new request is told apart within
+    the steps the rolling window needs to cover the context."""
+    n = 4 * WINDOW
+    a = [i % 7 for i in range(n)]
+    b = list(a)
+    b[n // 2] = 9
+    tokens = np.zeros((1, n + 64), dtype=np.int32)
+    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    tokens[0, :n] = a
+    drafter.propose([[a[-1]]], np.array([n]), tokens)
+    first = next(iter(drafter.rows.values()))
+    tokens[0, :n] = b  # another request takes the row, as long
+    for step in range(n // WINDOW + 1):
+        drafter.propose([[b[-1]]], np.array([n]), tokens)
+        if next(iter(drafter.rows.values())) is not first:
+            break
+    else:
+        pytest.fail("the look-alike request was never told apart")
+    assert drafter.rows[0].tokens[:n].tolist() == b
+
+
+def test_a_new_request_in_a_finished_ones_row_is_not_served_its_index():
+    tokens = np.zeros((1, 100), dtype=np.int32)
+    drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
+    tokens[0, :12] = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8]
+    assert drafter.propose([[8]], np.array([12]), tokens) == [[5, 6, 7, 8]]
+    tokens[0, :12] = [5, 6, 7, 9, 9, 9, 9, 9, 9, 9, 9, 8]  # same head token, last token too
+    assert drafter.propose([[8]], np.array([12]), tokens) == [[]]
+
+
+def test_two_drafters_fed_the_same_steps_draft_the_same():
+    """What every tensor-parallel rank does: same inputs, same drafts
+    (adaptive lengths and a learning corpus included)."""
+    drafts = []
+    for _ in range(2):
+        rng = random.Random(7)
+        batch = FakeBatch(4, 300, rng, 12)
+        drafter = Drafter(config(k=6, max_model_len=300, max_num_seqs=4, learn=True))
+        seen = []
+        for _ in range(80):
+            random_events(batch, rng, 4, 12)
+            out = drafter.propose(batch.step(), batch.lengths, batch.tokens)
+            for rid, draft in zip(batch.order, out):
+                batch.drafts[rid] = draft
+            seen.append(out)
+        drafts.append(seen)
+    assert drafts[0] == drafts[1]
+    assert any(d for step in drafts[0] for d in step)
+
+
+def test_adaptive_lengths_draft_less_where_drafts_fail():
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    seq = [3, 4, 5, 6] * 10
+    tokens[0, :len(seq)] = seq
+    drafter = Drafter(config(k=8, max_model_len=400))
+    sizes = []
+    for step in range(12):  # every draft rejected: the next token is new
+        draft = drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)[0]
+        sizes.append(len(draft))
+        seq.append(40 + step)
+        tokens[0, len(seq) - 1] = seq[-1]
+    assert sizes[0] == 8
+    assert sizes.count(0) >= 4  # pauses after rejections
+    assert max(sizes[1:]) < 8
+
+
+def test_the_corpus_drafts_where_the_row_has_no_match_and_learns_outputs(tmp_path):
+    drafter = Drafter(config(k=4, max_model_len=100, adaptive=False, learn=True))
+    tokens = np.zeros((2, 100), dtype=np.int32)
+    done = [11, 12, 13, 14, 15, 16, 17]  # the output; the prompt is [20, 10]
+    tokens[0, :9] = [20, 10] + done
+    drafter.propose([done], np.array([9]), tokens)
+    drafter.propose([], np.array([], dtype=np.int32), tokens)  # the request finished
+    assert drafter.corpus.sequences() == [done]
+    tokens[1, :3] = [30, 11, 12]  # no match in the row itself
+    assert drafter.propose([[], [12]], np.array([0, 3]), tokens) == [[], [13, 14, 15, 16]]
+
+
+def test_the_corpus_is_saved_at_close_and_loaded_at_start(tmp_path):
+    path = str(tmp_path / "c.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=path))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :6] = [1, 7, 8, 9, 10, 11]
+    drafter.propose([[11]], np.array([6]), tokens)
+    drafter.propose([], np.array([], dtype=np.int32), tokens)
+    assert os.path.isfile(path)  # saved once it learned, before any close
+    drafter.close()
+    loaded = Drafter(config(k=4, corpus=path))
+    assert loaded.corpus.sequences() == [[11]]
+    assert loaded.options.learn
+
+
+def test_best_chain_follows_the_most_supported_child():
+    # root -> 5 (support 1) / 6 (support 3); 6 -> 7 (2) / 8 (2): first on ties
+    assert best_chain([5, 6, 7, 8], [-1, -1, 1, 1], [1, 1, 2, 2], [2, 2, 2, 2], [1, 3, 2, 2]) == [6, 7]
+    assert best_chain([], [], [], [], []) == []
+
+
+@pytest.mark.parametrize("k, options, message", [
+    (0, {}, "num_speculative_tokens"),
+    (_core.MAX_DRAFT + 1, {}, "num_speculative_tokens"),
+    (4, {"prompt_lookup_min": 0}, "prompt_lookup_min"),
+    (4, {"prompt_lookup_max": _core.MAX_NGRAM + 1}, "prompt_lookup_max"),
+    (4, {"prompt_lookup_min": 3, "prompt_lookup_max": 2}, "prompt_lookup_min"),
+    (4, {"prompt_lookup_max": "3"}, "prompt_lookup_max"),
+    (4, {"adaptive": 1}, "adaptive"),
+    (4, {"ngram": 3}, "unknown option"),
+    (4, {"corpus": "/nonexistent/c.pldc"}, "corpus"),
+    (4, {"corpus": 5}, "corpus"),
+    (4, {"save_every": -1}, "save_every"),
+    (4, {"save_every": float("nan")}, "save_every"),
+])
+def test_bad_options_are_refused_at_start(k, options, message):
+    with pytest.raises((TypeError, ValueError), match=message):
+        Drafter(config(k=k, **options))
+
+
+def test_bad_corpus_files_are_refused_at_start(tmp_path):
+    bad = tmp_path / "bad.pldc"
+    bad.write_bytes(b"PLDCORP\0garbage")
+    with pytest.raises(ValueError, match="bad.pldc"):
+        Drafter(config(corpus=str(bad)))
+    other = Corpus(1000)
+    other.add([1, 2, VOCAB + 5])  # an id beyond this model's vocabulary
+    path = str(tmp_path / "other.pldc")
+    other.save(path)
+    with pytest.raises(ValueError, match="other.pldc.*beyond"):
+        Drafter(config(corpus=path))
+
+
+def test_additional_config_must_be_a_dict():
+    cfg = config()
+    cfg.additional_config = {"pld": [1]}
+    with pytest.raises(TypeError, match="additional_config"):
+        Drafter(cfg)
+
+
+def test_no_draft_runs_past_max_model_len():
+    tokens = np.zeros((1, 12), dtype=np.int32)
+    tokens[0, :10] = [1, 2, 3, 1, 2, 3, 1, 2, 3, 1]
+    drafter = Drafter(config(k=6, max_model_len=12, adaptive=False))
+    assert drafter.propose([[1]], np.array([10]), tokens) == [[2, 3]]
+    tokens[0, 10:12] = [2, 3]
+    assert drafter.propose([[2, 3]], np.array([12]), tokens) == [[]]
+
+
+def test_head_keys_follow_short_requests():
+    """A request first seen with fewer than HEAD tokens is found again
+    once it is longer (after a move)."""
+    tokens = np.zeros((2, 100), dtype=np.int32)
+    drafter = Drafter(config(k=3, max_model_len=100, adaptive=False))
+    seq = [4, 5, 6]
+    tokens[0, :3] = seq
+    drafter.propose([[6]], np.array([3]), tokens)
+    state = drafter.rows[0]
+    for t in range(HEAD + 4):
+        seq.append(t % 5)
+        tokens[0, len(seq) - 1] = seq[-1]
+        drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)
+    tokens[1, :len(seq)] = seq  # moved to row 1; a new request prefills in row 0
+    tokens[0, :5] = [9, 9, 9, 9, 9]
+    drafter.propose([[], [seq[-1]]], np.array([5, len(seq)]), tokens)
+    assert drafter.rows[1] is state
+
+
+def test_a_corpus_that_cannot_be_saved_warns_and_drafting_goes_on(tmp_path, caplog):
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=str(tmp_path / "no" / "such" / "dir.pldc")))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :9] = [1, 7, 8, 9, 10, 11, 12, 7, 8]
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        assert drafter.propose([[8]], np.array([9]), tokens) == [[9, 10, 11, 12]]
+        drafter.propose([], np.array([], dtype=np.int32), tokens)
+    assert "could not save the corpus" in caplog.text
+
+
+def test_a_request_that_repeats_an_earlier_one_drafts_as_it_did():
+    """A seeded request run again (same prompt, same tokens sampled) in the
+    row the first run left: the same drafts, though the first run's state
+    is still there (its draft-length history must not carry over)."""
+    prompt = [3, 4, 5, 6, 7, 3, 4, 5, 6, 8, 3, 4]
+    steps = [[5, 9], [6], [7, 3, 4], [1], [3, 4], [5, 6, 7]]
+    tokens = np.zeros((1, 200), dtype=np.int32)
+    drafter = Drafter(config(k=6, max_model_len=200))
+    runs = []
+    for _ in range(3):
+        seq, drafts = list(prompt), []
+        for sampled in steps:
+            seq += sampled
+            tokens[0, :len(seq)] = seq
+            drafts.append(drafter.propose([sampled], np.array([len(seq)]), tokens)[0])
+        runs.append(drafts)
+    assert runs[0] == runs[1] == runs[2]
+    assert any(runs[0])
