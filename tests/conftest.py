@@ -60,3 +60,7 @@ def pytest_configure(config):
         "markers",
         "notebook: executes a notebook in a Jupyter kernel (nbclient, ipykernel)",
     )
+    config.addinivalue_line(
+        "markers",
+        "vllm: runs vLLM engines (tests/vllm_engine; CI's vLLM stage, its own venv)",
+    )
