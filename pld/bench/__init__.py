@@ -41,6 +41,9 @@ Subcommands (see ``python -m pld bench --help``):
            transformers' prompt lookup and greedy, at long contexts.
   replay   the steps of a real model's pld runs (verified and accepted
            tokens) replayed on a bigger model's forwards, against greedy.
+  vllm     vLLM with pld's drafter against vLLM plain and vLLM's ngram:
+           tokens/s one request at a time and several at once, and the
+           drafter's time per step at 1k-32k tokens of context.
 
 The modules here need the optional ``bench`` extras (numpy, matplotlib,
 tqdm); torch and transformers are used when importable.
@@ -62,6 +65,8 @@ SUBCOMMANDS = {
                   "matrix and a hidden-2048 llama in each dtype"),
     "host-time": ("host_time", "time outside the model's forwards per forward: pld vs transformers' prompt lookup"),
     "replay": ("replay", "a real model's drafts and acceptance replayed on a bigger model's forwards (7B-shaped)"),
+    "vllm": ("vllm_serving", "vLLM with pld's drafter vs vLLM plain and its ngram: tokens/s at 1 and 8 requests, "
+             "and the drafter's time per step at 1k-32k tokens"),
 }
 DEFAULT_SUBCOMMAND = "generation"
 

