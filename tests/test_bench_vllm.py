@@ -67,3 +67,11 @@ def test_export_model_refuses_a_folder_with_files(tmp_path):
     with pytest.raises(ValueError, match="dtype"):
         export(str(tmp_path / "new"), dtype="int8")
     assert not (tmp_path / "new").exists()
+
+
+def test_acceptance_reads_vllms_per_request_metrics():
+    import types
+
+    done = types.SimpleNamespace(spec_decode_metrics=types.SimpleNamespace(histogram=[4, 2, 0, 3], num_draft_tokens=20))
+    assert vb.acceptance(done) == {"accepted": 2.0 + 9.0, "draft_tokens": 20.0}
+    assert vb.acceptance(types.SimpleNamespace(spec_decode_metrics=None)) == {"accepted": 0.0, "draft_tokens": 0.0}

@@ -8,8 +8,8 @@ Parts (``--parts``):
            across the prompts), one request at a time and
            ``--concurrency`` requests at once, every engine kept alive
            and the methods alternating per prompt (per batch); tokens
-           per forward from vLLM's spec-decode counters; outputs compared
-           with plain's.
+           per forward from vLLM's per-request spec-decode metrics;
+           outputs compared with plain's.
   drafter  the drafter's own time per step at 1k-32k tokens of context:
            pld's (extend by the tokens accepted, recognise the row, look
            up) against vLLM's NgramProposer.propose on the same arrays.
@@ -123,36 +123,36 @@ def speculative_config(method: str, k: int, corpus_file: str = "") -> Dict[str, 
 def start(method: str, model: str, k: int, kv_bytes: int) -> Any:
     from vllm import LLM
 
+    spec = speculative_config(method, k)
+    if spec:  # acceptance per request, in each output (the Prometheus counters are one per process)
+        spec["per_request_spec_decode_metrics"] = "summary"
     return LLM(model=model, dtype="float32", max_model_len=8192, enforce_eager=True, seed=0,
-               kv_cache_memory_bytes=kv_bytes, disable_log_stats=False, **speculative_config(method, k))
+               kv_cache_memory_bytes=kv_bytes, **spec)
 
 
-def counters(llm: Any) -> Dict[str, float]:
-    """vLLM's spec-decode counters (0 without speculation)."""
-    out = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0}
-    names = {"vllm:spec_decode_num_drafts": "drafts", "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-             "vllm:spec_decode_num_accepted_tokens": "accepted"}
-    for metric in llm.get_metrics():
-        if metric.name in names and getattr(metric, "value", None) is not None:
-            out[names[metric.name]] = float(metric.value)
-    return out
+def acceptance(completion: Any) -> Dict[str, float]:
+    """(accepted, draft tokens) of one completion, from vLLM's per-request
+    spec-decode metrics (zeros without speculation)."""
+    m = getattr(completion, "spec_decode_metrics", None)
+    if m is None:
+        return {"accepted": 0.0, "draft_tokens": 0.0}
+    return {"accepted": float(sum(j * c for j, c in enumerate(m.histogram))), "draft_tokens": float(m.num_draft_tokens)}
 
 
 def timed_generate(llm: Any, prompts: List[List[int]], max_new_tokens: int) -> Dict[str, Any]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    before = counters(llm)
     t = time.perf_counter()
     res = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                        SamplingParams(temperature=0.0, max_tokens=max_new_tokens), use_tqdm=False)
     seconds = time.perf_counter() - t
-    after = counters(llm)
     outputs = [list(r.outputs[0].token_ids) for r in res]
     tokens = sum(len(o) for o in outputs)
-    accepted = after["accepted"] - before["accepted"]
+    counts = [acceptance(r.outputs[0]) for r in res]
+    accepted = sum(c["accepted"] for c in counts)
     return {"seconds": seconds, "tokens": tokens, "outputs": outputs, "accepted": accepted,
-            "draft_tokens": after["draft_tokens"] - before["draft_tokens"],
+            "draft_tokens": sum(c["draft_tokens"] for c in counts),
             "tokens_per_forward": tokens / max(1.0, tokens - accepted)}
 
 
