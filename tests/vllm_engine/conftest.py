@@ -30,18 +30,20 @@ def model_dir(tmp_path_factory):
     return export(str(tmp_path_factory.mktemp("model") / "smollm2"))
 
 
-@pytest.fixture(scope="session")
-def plain(model_dir):
-    llm = engine(model_dir, False)
+def _live(model_dir, drafting):
+    """An engine for the session, shut down at its end."""
+    llm = engine(model_dir, drafting)
     yield llm
     del llm
     gc.collect()
+
+
+@pytest.fixture(scope="session")
+def plain(model_dir):
+    yield from _live(model_dir, False)
 
 
 @pytest.fixture(scope="session")
 def drafting(model_dir):
     """pld's drafter, each request drafting from its own tokens."""
-    llm = engine(model_dir, True)
-    yield llm
-    del llm
-    gc.collect()
+    yield from _live(model_dir, True)
