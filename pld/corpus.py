@@ -104,6 +104,20 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def model_signature(vocab_size: int, config: Any) -> Tuple:
+    """The signature :meth:`Corpus.bind` takes for a model: (vocab_size,
+    bos, eos, pad), the special ids read from ``config`` (a transformers
+    config; None where it has none) as plain ints, comparable and savable."""
+    return (vocab_size,) + tuple(_ids(getattr(config, name, None))
+                                 for name in ("bos_token_id", "eos_token_id", "pad_token_id"))
+
+
+def _ids(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(int(v) for v in value)
+    return None if value is None else int(value)
+
+
 def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
     """value as an int in [lo, hi] (anything with __index__; bool and float
     are not ints here)."""

@@ -17,6 +17,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
+from .corpus import model_signature
 from .decoder import Decoder, LoopResult, LoopStats, StepRecord
 from .hf_adapter import TransformersAdapter, cache_blocker, model_traits
 
@@ -155,15 +156,7 @@ def bind_corpus(model: Any, corpus: Any) -> None:
     embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     weight = getattr(embeddings, "weight", None)
     vocab = int(weight.shape[0]) if weight is not None else int(getattr(config, "vocab_size", 0) or 0)
-    special = tuple(_ids(getattr(config, name, None)) for name in ("bos_token_id", "eos_token_id", "pad_token_id"))
-    corpus.bind(vocab, (vocab,) + special)
-
-
-def _ids(value: Any) -> Any:
-    """A special id (or ids) as plain ints, comparable and savable."""
-    if isinstance(value, (list, tuple)):
-        return tuple(int(v) for v in value)
-    return None if value is None else int(value)
+    corpus.bind(vocab, model_signature(vocab, config))
 
 
 def run_batch(model: Any, input_ids: torch.Tensor, config: Optional[DecodeConfig] = None, *,

@@ -351,23 +351,15 @@ def _open_corpus(options: DrafterOptions, model: Any) -> Any:
     (ValueError naming the file if it holds ids of another)."""
     if options.corpus is None and not options.learn and options.save_corpus is None:
         return None
-    from .corpus import Corpus
+    from .corpus import Corpus, model_signature
 
     if options.corpus is not None:
         corpus = Corpus.load(options.corpus)
     else:
         corpus = Corpus(options.corpus_max_tokens)
     vocab = int(model.get_vocab_size())
-    hf = getattr(model, "hf_config", None)
-    special = tuple(_ids(getattr(hf, name, None)) for name in ("bos_token_id", "eos_token_id", "pad_token_id"))
     try:
-        corpus.bind(vocab, (vocab,) + special)
+        corpus.bind(vocab, model_signature(vocab, getattr(model, "hf_config", None)))
     except ValueError as error:
         raise ValueError(f"additional_config['pld']['corpus'] ({options.corpus!r}): {error}") from None
     return corpus
-
-
-def _ids(value: Any) -> Any:
-    if isinstance(value, (list, tuple)):
-        return tuple(int(v) for v in value)
-    return None if value is None else int(value)

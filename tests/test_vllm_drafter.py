@@ -390,3 +390,24 @@ def test_a_request_that_repeats_an_earlier_one_drafts_as_it_did():
         runs.append(drafts)
     assert runs[0] == runs[1] == runs[2]
     assert any(runs[0])
+
+
+def test_a_corpus_bound_to_other_special_ids_is_refused_at_start(tmp_path):
+    """The corpus's model signature is (vocab, bos, eos, pad) from the
+    model's config, as pld.generate binds it: one saved for another eos is
+    another tokenizer."""
+    from pld.corpus import model_signature
+
+    hf = types.SimpleNamespace(bos_token_id=1, eos_token_id=[2, 5], pad_token_id=None)
+    assert model_signature(VOCAB, hf) == (VOCAB, 1, (2, 5), None)
+    other = Corpus(1000)
+    other.bind(VOCAB, (VOCAB, 1, 3, None))
+    other.add([4, 5, 6])
+    path = str(tmp_path / "eos3.pldc")
+    other.save(path)
+    with pytest.raises(ValueError, match="eos3.pldc.*another tokenizer"):
+        Drafter(config(corpus=path))
+    same = Corpus(1000)
+    same.bind(VOCAB, (VOCAB, 1, 2, None))
+    same.save(str(tmp_path / "eos2.pldc"))
+    assert Drafter(config(corpus=str(tmp_path / "eos2.pldc"))).corpus.signature == (VOCAB, 1, 2, None)
