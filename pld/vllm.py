@@ -200,7 +200,18 @@ class Drafter:
         """One draft (a list of ids, maybe empty) per row of
         ``sampled_token_ids``: row i holds ``token_ids_cpu[i,
         :num_tokens_no_spec[i]]``; a row with no token sampled this step
-        (a prefill in progress) gets none."""
+        (a prefill in progress) gets none. Drafts are optional: should
+        drafting itself fail, the step goes on without drafts (an error on
+        the "pld" logger) and every request starts a fresh index."""
+        try:
+            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+        except Exception:  # noqa: BLE001 - the served tokens never depend on a draft
+            logger.exception("pld: drafting failed; this step goes on without drafts")
+            self.rows, self.keys, self.pool = {}, {}, OrderedDict()
+            return [[] for _ in sampled_token_ids]
+
+    def _propose(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any,
+                 token_ids_cpu: np.ndarray) -> List[List[int]]:
         lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
         claimed = self._recognise(sampled_token_ids, lengths, token_ids_cpu)
         drafts = []

@@ -411,3 +411,19 @@ def test_a_corpus_bound_to_other_special_ids_is_refused_at_start(tmp_path):
     same.bind(VOCAB, (VOCAB, 1, 2, None))
     same.save(str(tmp_path / "eos2.pldc"))
     assert Drafter(config(corpus=str(tmp_path / "eos2.pldc"))).corpus.signature == (VOCAB, 1, 2, None)
+
+
+def test_a_failure_inside_drafting_costs_a_step_its_drafts_not_the_engine(caplog, monkeypatch):
+    tokens = np.zeros((1, 100), dtype=np.int32)
+    tokens[0, :9] = [1, 7, 8, 9, 10, 11, 12, 7, 8]
+    drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
+
+    def broken(*args):
+        raise RuntimeError("planted")
+
+    monkeypatch.setattr(drafter, "_draft", broken)
+    with caplog.at_level(logging.ERROR, logger="pld"):
+        assert drafter.propose([[8]], np.array([9]), tokens) == [[]]
+    assert "drafting failed" in caplog.text and drafter.num_requests == 0
+    monkeypatch.undo()
+    assert drafter.propose([[8]], np.array([9]), tokens) == [[9, 10, 11, 12]]
