@@ -380,19 +380,47 @@ pld_status pld_corpus_sequence(const pld_corpus *corpus, size_t i, const int64_t
 void pld_corpus_clear(pld_corpus *corpus);
 
 /* ------------------------------------------------------------------------
- * Acceptance of a draft
+ * Acceptance of a verified token tree
  * ------------------------------------------------------------------------
- * After verifying [last, d_1..d_k] in one forward pass the model gives k+1
- * rows: row i predicts the token after d_i (row 0 after `last`). Acceptance
- * keeps the longest agreeing prefix d_1..d_n and one token of the model's
- * own, so out[0..n] (n + 1 tokens) are appended to the sequence.
+ * A tree of n draft nodes: nodes[i] is node i's token, parents[i] its
+ * parent, in [-1, i) (-1: the root, the row's last committed token), so a
+ * parent comes before its children. A chain (a linear draft) has parents
+ * [-1, 0, 1, ...]; n = 0 is the root alone. One forward pass verifies the
+ * root and every node: position 0 is the root's, position 1 + i node i's;
+ * the model's token at a position is its choice for the token after it.
+ * A node's depth is its parent's + 1 (the root's is 0); the tree's depth
+ * is its nodes' largest (0 for n = 0).
+ *
+ * The walk, shared by both functions below:
+ *   node = -1
+ *   repeat: t = the model's token at position node + 1; append t to out;
+ *           c = the FIRST child of node with token t (the least c > node
+ *           with parents[c] == node and nodes[c] == t); if none, stop;
+ *           append c to path; node = c.
+ * So path[0..m) (m <= n) is a chain of nodes from the root, each a child
+ * of the one before, and out[0..m] (m + 1 tokens) are the path's tokens
+ * and then the model's token after the path's last node: the tokens to
+ * append. The token at a position of depth d is out[d]. Cost: O(n) plus
+ * the positions read, whatever the tree's shape.
+ *
+ * path must hold n entries (NULL only when n is 0), out n + 1; *n_path
+ * receives m. Token ids are any int64 (a node's token that the model never
+ * chooses is never accepted). On error nothing is written to *n_path; path
+ * and out may have been written to.
  */
 
-/* chosen[0..k] are the model's choices at the k+1 rows. Returns n, the
- * length of the longest prefix with draft[i] == chosen[i]; the tokens to
- * append are chosen[0..n]. k may be 0 (returns 0). */
-size_t pld_accept_greedy_ids(const int64_t *draft, size_t k,
-                             const int64_t *chosen);
+/* Depths: depths[i] = node i's depth, for i < n, and *depth = the tree's
+ * depth. PLD_ERR_ARG if a parents[i] is outside [-1, i) or a pointer is
+ * NULL (parents and depths may be NULL when n is 0). */
+pld_status pld_tree_depths(const int64_t *parents, size_t n, size_t *depths, size_t *depth);
+
+/* Greedy: choices[0..n] (n + 1 ids) are the model's tokens at the n + 1
+ * positions (the argmax of each). PLD_ERR_ARG if a parent is outside
+ * [-1, i) or a pointer is NULL (nodes and parents may be NULL when n is
+ * 0). */
+pld_status pld_accept_tree_greedy(const int64_t *nodes, const int64_t *parents, size_t n,
+                                  const int64_t *choices, size_t *path, int64_t *out,
+                                  size_t *n_path);
 
 typedef enum {
     PLD_F32 = 0,
@@ -400,39 +428,30 @@ typedef enum {
     PLD_BF16 = 2  /* bfloat16 */
 } pld_float_type;
 
-/* logits: rows x vocab, C order, element type ftype, rows >= k + 1 (rows past
- * k + 1 are ignored), vocab >= 1. Row by row, argmax (the first maximal
- * index; NaN counts as the maximum, as in torch.argmax) is written to out[i]
- * and compared with draft[i]; the scan stops at the first disagreement, so
- * rows after it are never read. *n_accepted = n; out[0..n] is valid.
- * Returns PLD_ERR_ARG on a bad size or type. */
-pld_status pld_accept_greedy_logits(const void *logits, pld_float_type ftype,
-                                    size_t rows, size_t vocab,
-                                    const int64_t *draft, size_t k,
-                                    int64_t *out, size_t *n_accepted);
-
-/* Exact speculative sampling for a deterministic draft. probs: rows x vocab
- * (rows >= k + 1), the model's distribution after logits processors, each
- * row non-negative with a positive sum (rows need not be normalised: the
- * row sum is used). For i = 0..: draft[i] is accepted iff
- * uniforms[i] * sum_i < p_i(draft[i]) (a draft id outside [0, vocab) has
- * p = 0). At the first rejection, at row n, out[n] is drawn from p_n with
- * draft[n] removed; if all k are accepted, the bonus out[k] is drawn from
- * p_k. That final draw uses uniforms[k]. uniforms: k + 1 values in [0, 1).
- * This keeps the model's distribution exactly: P(out = x) = p(x) for the
- * draft token x, and (1 - p(x)) * p(y) / (1 - p(x)) = p(y) for y != x.
- * Returns PLD_ERR_VALUE if a row read has a NaN, a negative or infinite
- * entry, or no mass left to draw from; PLD_ERR_ARG on bad sizes. */
-pld_status pld_accept_sample(const void *probs, pld_float_type ftype,
-                             size_t rows, size_t vocab,
-                             const int64_t *draft, size_t k,
-                             const double *uniforms,
-                             int64_t *out, size_t *n_accepted);
-
-/* A small seedable generator (xoshiro256**, seeded through splitmix64). */
-typedef struct { uint64_t s[4]; } pld_rng;
-void pld_rng_seed(pld_rng *rng, uint64_t seed);
-double pld_rng_uniform(pld_rng *rng); /* in [0, 1), 53 random bits */
+/* Sampling: probs is rows x vocab (C order, element type ftype, rows >=
+ * n + 1, vocab >= 1; rows past n + 1 are ignored), row p the model's
+ * distribution at position p after logits processors; rows need not be
+ * normalised. The model's token at a visited position of depth d is the
+ * inverse-CDF draw from its row with uniforms[d]: the least v with
+ * p[v] > 0 and u * sum < p[0] + ... + p[v], the sum in double in index
+ * order (if rounding leaves none, the last v with p[v] > 0). Only the
+ * rows the walk visits are read.
+ *
+ * One uniform a depth, distinct along any path: the tokens appended are
+ * i.i.d. draws from the model's distributions given the accepted prefix,
+ * whatever the tree -- exact speculative sampling of a deterministic
+ * draft (a draft token x is accepted with probability p(x), and the token
+ * after the path is distributed as the model's).
+ *
+ * uniforms[0..n_uniforms) in [0, 1) (not checked), n_uniforms >= 1 + the
+ * tree's depth (more are ignored). path also serves as scratch for the
+ * depths. PLD_ERR_ARG on a bad parent, size, type or NULL pointer (checked
+ * before any row is read); PLD_ERR_VALUE if a visited row has a NaN, a
+ * negative or an infinite entry, or no positive mass. */
+pld_status pld_accept_tree_sample(const int64_t *nodes, const int64_t *parents, size_t n,
+                                  const void *probs, pld_float_type ftype, size_t rows,
+                                  size_t vocab, const double *uniforms, size_t n_uniforms,
+                                  size_t *path, int64_t *out, size_t *n_path);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /*
- * pld_accept.c -- accepting a verified draft: greedy (from ids or from
- * logits) and exact speculative sampling for a deterministic draft, plus the
- * small generator that feeds it. See pld.h for the contracts.
+ * pld_accept.c -- accepting a verified token tree: the walk from the root
+ * along the model's tokens, given (greedy) or drawn by inverse CDF from
+ * its probabilities (sampling). See pld.h for the contracts.
  */
 #include "pld.h"
 
@@ -60,74 +60,6 @@ static int valid_ftype(pld_float_type ftype)
     return ftype == PLD_F32 || ftype == PLD_F16 || ftype == PLD_BF16;
 }
 
-/* ------------------------------------------------------------------ greedy */
-
-size_t pld_accept_greedy_ids(const int64_t *draft, size_t k,
-                             const int64_t *chosen)
-{
-    size_t n = 0;
-    while (n < k && draft[n] == chosen[n])
-        n++;
-    return n;
-}
-
-/* The first maximal index; the first NaN wins over any number. */
-#define PLD_DEFINE_ARGMAX(NAME, T, LOAD)                                       \
-    static size_t NAME(const T *row, size_t vocab)                             \
-    {                                                                          \
-        size_t best = 0, v;                                                    \
-        float best_value = LOAD(row[0]);                                       \
-        if (isnan(best_value))                                                 \
-            return 0;                                                          \
-        for (v = 1; v < vocab; v++) {                                          \
-            const float x = LOAD(row[v]);                                      \
-            if (x > best_value) {                                              \
-                best_value = x;                                                \
-                best = v;                                                      \
-            } else if (isnan(x)) {                                             \
-                return v;                                                      \
-            }                                                                  \
-        }                                                                      \
-        return best;                                                           \
-    }
-
-#define PLD_LOAD_F32(x) (x)
-PLD_DEFINE_ARGMAX(argmax_f32, float, PLD_LOAD_F32)
-PLD_DEFINE_ARGMAX(argmax_f16, uint16_t, load_f16)
-PLD_DEFINE_ARGMAX(argmax_bf16, uint16_t, load_bf16)
-
-pld_status pld_accept_greedy_logits(const void *logits, pld_float_type ftype,
-                                    size_t rows, size_t vocab,
-                                    const int64_t *draft, size_t k,
-                                    int64_t *out, size_t *n_accepted)
-{
-    const unsigned char *base = logits;
-    size_t i;
-    if (logits == NULL || out == NULL || n_accepted == NULL || vocab == 0 ||
-        !valid_ftype(ftype) || rows < k + 1 || (k > 0 && draft == NULL))
-        return PLD_ERR_ARG;
-    for (i = 0; i <= k; i++) {
-        const void *row = base + i * vocab * float_size(ftype);
-        size_t best;
-        switch (ftype) {
-        case PLD_F16:
-            best = argmax_f16(row, vocab);
-            break;
-        case PLD_BF16:
-            best = argmax_bf16(row, vocab);
-            break;
-        default:
-            best = argmax_f32(row, vocab);
-            break;
-        }
-        out[i] = (int64_t)best;
-        if (i == k || draft[i] != out[i])
-            break;
-    }
-    *n_accepted = i;
-    return PLD_OK;
-}
-
 /* ---------------------------------------------------------------- sampling */
 
 /* Sum of a row; PLD_ERR_VALUE for NaN, infinite or negative entries. */
@@ -146,9 +78,10 @@ static pld_status row_sum(const void *row, pld_float_type ftype, size_t vocab,
     return PLD_OK;
 }
 
-/* Inverse-CDF draw from row with `skip` left out (skip >= vocab: none). */
+/* The inverse-CDF draw from row (its sum `mass`) with u: the least v with
+ * p[v] > 0 and u * mass < p[0] + ... + p[v]. */
 static pld_status draw(const void *row, pld_float_type ftype, size_t vocab,
-                       double mass, size_t skip, double u, int64_t *token)
+                       double mass, double u, int64_t *token)
 {
     const double target = u * mass;
     double acc = 0.0;
@@ -157,8 +90,6 @@ static pld_status draw(const void *row, pld_float_type ftype, size_t vocab,
         return PLD_ERR_VALUE;
     for (v = 0; v < vocab; v++) {
         double p;
-        if (v == skip)
-            continue;
         p = load_at(row, ftype, v);
         if (p <= 0.0)
             continue;
@@ -175,75 +106,99 @@ static pld_status draw(const void *row, pld_float_type ftype, size_t vocab,
     return PLD_OK;
 }
 
-pld_status pld_accept_sample(const void *probs, pld_float_type ftype,
-                             size_t rows, size_t vocab,
-                             const int64_t *draft, size_t k,
-                             const double *uniforms,
-                             int64_t *out, size_t *n_accepted)
+/* ------------------------------------------------------------------- trees */
+
+pld_status pld_tree_depths(const int64_t *parents, size_t n, size_t *depths, size_t *depth)
 {
-    const unsigned char *base = probs;
-    const size_t stride = vocab * float_size(ftype);
-    size_t i;
-    if (probs == NULL || uniforms == NULL || out == NULL ||
-        n_accepted == NULL || vocab == 0 || !valid_ftype(ftype) ||
-        rows < k + 1 || (k > 0 && draft == NULL))
+    size_t i, deepest = 0;
+    if (depth == NULL || (n > 0 && (parents == NULL || depths == NULL)))
         return PLD_ERR_ARG;
-    for (i = 0; i <= k; i++) {
-        const void *row = base + i * stride;
-        double sum;
-        pld_status st = row_sum(row, ftype, vocab, &sum);
-        if (st != PLD_OK)
-            return st;
-        if (i < k) {
-            const int64_t x = draft[i];
-            const int in_vocab = x >= 0 && (uint64_t)x < (uint64_t)vocab;
-            const double px = in_vocab ? load_at(row, ftype, (size_t)x) : 0.0;
-            if (uniforms[i] * sum < px) {
-                out[i] = x;
-                continue;
-            }
-            /* Rejected: draw from p without x, renormalised. */
-            st = draw(row, ftype, vocab, sum - px,
-                      in_vocab ? (size_t)x : vocab, uniforms[k], &out[i]);
-        } else {
-            st = draw(row, ftype, vocab, sum, vocab, uniforms[k], &out[i]);
-        }
-        if (st != PLD_OK)
-            return st;
-        break;
+    for (i = 0; i < n; i++) {
+        const int64_t p = parents[i];
+        if (p < -1 || (p >= 0 && (uint64_t)p >= (uint64_t)i))
+            return PLD_ERR_ARG;
+        depths[i] = p < 0 ? 1 : depths[p] + 1;
+        if (depths[i] > deepest)
+            deepest = depths[i];
     }
-    *n_accepted = i;
+    *depth = deepest;
     return PLD_OK;
 }
 
-/* --------------------------------------------------------------- generator */
-
-static inline uint64_t rotl(uint64_t x, int r)
+/* The first child of `node` (-1: the root) with token t; -1 if none. The
+ * scan starts after node, so a walk reads each node at most twice. */
+static int64_t first_child(const int64_t *nodes, const int64_t *parents, size_t n, int64_t node,
+                           int64_t t)
 {
-    return (x << r) | (x >> (64 - r));
+    size_t c;
+    for (c = (size_t)(node + 1); c < n; c++)
+        if (parents[c] == node && nodes[c] == t)
+            return (int64_t)c;
+    return -1;
 }
 
-void pld_rng_seed(pld_rng *rng, uint64_t seed)
+/* The arguments both walks share; the depths go to path as scratch. */
+static pld_status check_tree(const int64_t *nodes, const int64_t *parents, size_t n,
+                             size_t *path, const int64_t *out, const size_t *n_path,
+                             size_t *depth)
 {
-    int i;
-    for (i = 0; i < 4; i++) {
-        uint64_t z = (seed += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        rng->s[i] = z ^ (z >> 31);
+    if (out == NULL || n_path == NULL || (n > 0 && nodes == NULL))
+        return PLD_ERR_ARG;
+    return pld_tree_depths(parents, n, path, depth);
+}
+
+pld_status pld_accept_tree_greedy(const int64_t *nodes, const int64_t *parents, size_t n,
+                                  const int64_t *choices, size_t *path, int64_t *out,
+                                  size_t *n_path)
+{
+    int64_t node = -1;
+    size_t m = 0, depth;
+    pld_status st = check_tree(nodes, parents, n, path, out, n_path, &depth);
+    if (st != PLD_OK)
+        return st;
+    if (choices == NULL)
+        return PLD_ERR_ARG;
+    for (;;) {
+        const int64_t t = choices[node + 1];
+        out[m] = t;
+        node = first_child(nodes, parents, n, node, t);
+        if (node < 0)
+            break;
+        path[m++] = (size_t)node;
     }
+    *n_path = m;
+    return PLD_OK;
 }
 
-double pld_rng_uniform(pld_rng *rng)
+pld_status pld_accept_tree_sample(const int64_t *nodes, const int64_t *parents, size_t n,
+                                  const void *probs, pld_float_type ftype, size_t rows,
+                                  size_t vocab, const double *uniforms, size_t n_uniforms,
+                                  size_t *path, int64_t *out, size_t *n_path)
 {
-    uint64_t *s = rng->s;
-    const uint64_t result = rotl(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return (double)(result >> 11) * 0x1.0p-53;
+    const unsigned char *base = probs;
+    int64_t node = -1;
+    size_t m = 0, depth;
+    pld_status st = check_tree(nodes, parents, n, path, out, n_path, &depth);
+    if (st != PLD_OK)
+        return st;
+    if (probs == NULL || uniforms == NULL || vocab == 0 || !valid_ftype(ftype) || rows <= n ||
+        n_uniforms <= depth)
+        return PLD_ERR_ARG;
+    for (;;) {
+        const void *row = base + (size_t)(node + 1) * vocab * float_size(ftype);
+        double sum;
+        int64_t t;
+        st = row_sum(row, ftype, vocab, &sum);
+        if (st == PLD_OK)
+            st = draw(row, ftype, vocab, sum, uniforms[m], &t);
+        if (st != PLD_OK)
+            return st;
+        out[m] = t; /* position node + 1 has depth m */
+        node = first_child(nodes, parents, n, node, t);
+        if (node < 0)
+            break;
+        path[m++] = (size_t)node;
+    }
+    *n_path = m;
+    return PLD_OK;
 }

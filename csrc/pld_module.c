@@ -30,8 +30,7 @@
  *     is read with the GIL held: another thread could resize the tensor.
  *
  * Sections: errors | views of arrays | token inputs | float inputs | small
- * parsers | find_candidate | NgramIndex | Corpus | Generator | acceptance |
- * module.
+ * parsers | find_candidate | NgramIndex | Corpus | acceptance | module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -2266,169 +2265,171 @@ static PyTypeObject CorpusType = {
     .tp_new = PyType_GenericNew,
 };
 
-/* ============================================================== Generator */
-
-typedef struct {
-    PyObject_HEAD
-    pld_rng rng;
-} GeneratorObject;
-
-static int Generator_init(GeneratorObject *self, PyObject *args, PyObject *kwds)
-{
-    static char *kwlist[] = {"seed", NULL};
-    PyObject *seed = Py_None;
-    uint64_t s;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:Generator", kwlist, &seed))
-        return -1;
-    if (seed == Py_None)
-        s = random_u64();
-    else if (parse_seed(seed, "seed", &s) < 0)
-        return -1;
-    pld_rng_seed(&self->rng, s);
-    return 0;
-}
-
-static PyObject *Generator_random(GeneratorObject *self, PyObject *unused)
-{
-    (void)unused;
-    return PyFloat_FromDouble(pld_rng_uniform(&self->rng));
-}
-
-static PyMethodDef Generator_methods[] = {
-    {"random", (PyCFunction)Generator_random, METH_NOARGS,
-     "random()\n--\n\nA float in [0, 1)."},
-    {NULL, NULL, 0, NULL}};
-
-static PyTypeObject GeneratorType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "pld.Generator",
-    .tp_basicsize = sizeof(GeneratorObject),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Generator(seed=None)\n--\n\nA seedable uniform generator (xoshiro256**).\n\n"
-              "seed: an int in [0, 2**64) (anything else is refused, never masked); None\n"
-              "seeds from the operating system.",
-    .tp_methods = Generator_methods,
-    .tp_init = (initproc)Generator_init,
-    .tp_new = PyType_GenericNew,
-};
-
-
 /* ============================================================== acceptance */
 
-static PyObject *result_tuple(size_t n, const int64_t *tokens)
-{
-    PyObject *list = list_from_i64(tokens, n + 1), *out;
-    if (list == NULL)
-        return NULL;
-    out = Py_BuildValue("(nN)", (Py_ssize_t)n, list);
-    return out;
-}
-
-/* The module's state: the generator accept_sample draws from when given
- * none (reseeded in a forked child, see _reseed_after_fork). */
+/* A tree as the walks take it, in memory the binding owns: the tokens, the
+ * parents (a chain when not given), the walk's outputs and the depth. */
 typedef struct {
-    pld_rng default_rng;
-} module_state;
+    int64_t *nodes, *parents, *out;
+    size_t *path; /* n entries; the depths first (pld_tree_depths) */
+    size_t n, depth;
+} tree_args;
 
-static PyObject *py_accept_greedy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+static void tree_args_release(tree_args *ta)
 {
-    int64_t *d = NULL, *c = NULL;
-    size_t k = 0, n_chosen = 0, n;
-    PyObject *out = NULL;
-    (void)self;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "accept_greedy(draft, chosen) takes 2 arguments");
-        return NULL;
-    }
-    /* both copied as they are read: converting chosen may run Python code */
-    d = ids_copy(args[0], "draft", 0, &k);
-    if (d == NULL)
-        return NULL;
-    c = ids_copy(args[1], "chosen", 0, &n_chosen);
-    if (c == NULL)
-        goto error;
-    if (n_chosen < k + 1) {
-        PyErr_Format(PyExc_ValueError, "chosen: expected at least len(draft) + 1 = %zu ids, got %zu",
-                     k + 1, n_chosen);
-        goto error;
-    }
-    n = pld_accept_greedy_ids(d, k, c);
-    out = result_tuple(n, c);
-error:
-    PyMem_Free(d);
-    PyMem_Free(c);
-    return out;
+    PyMem_Free(ta->nodes);
+    PyMem_Free(ta->parents);
+    PyMem_Free(ta->out);
+    PyMem_Free(ta->path);
+    memset(ta, 0, sizeof(*ta));
 }
 
-static int check_rows(const float_input *fi, const char *arg, size_t k)
+/* The parents of ta->n nodes from obj (None or absent: a chain), checked. */
+static int tree_parents(PyObject *obj, tree_args *ta)
 {
-    if (fi->rows < k + 1) {
-        PyErr_Format(PyExc_ValueError, "%s: expected at least len(draft) + 1 = %zu rows, got %zu",
-                     arg, k + 1, fi->rows);
+    size_t i, len = 0;
+    if (obj == NULL || obj == Py_None) {
+        ta->parents = PyMem_Malloc((ta->n + 1) * sizeof(int64_t));
+        if (ta->parents == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (i = 0; i < ta->n; i++)
+            ta->parents[i] = (int64_t)i - 1;
+        return 0;
+    }
+    ta->parents = ids_copy(obj, "parents", 0, &len);
+    if (ta->parents == NULL)
+        return -1;
+    if (len != ta->n) {
+        PyErr_Format(PyExc_ValueError, "parents: expected len(tokens) = %zu values, got %zu",
+                     ta->n, len);
+        return -1;
+    }
+    for (i = 0; i < len; i++)
+        if (ta->parents[i] < -1 || ta->parents[i] >= (int64_t)i) {
+            PyErr_Format(PyExc_ValueError, "parents: parents[%zu] = %lld is not in [-1, %zu)", i,
+                         (long long)ta->parents[i], i);
+            return -1;
+        }
+    return 0;
+}
+
+/* tokens and parents, copied (their conversion may run Python code), and
+ * room for the walk's outputs. */
+static int tree_args_get(PyObject *tokens, PyObject *parents, tree_args *ta)
+{
+    memset(ta, 0, sizeof(*ta));
+    ta->nodes = ids_copy(tokens, "tokens", 0, &ta->n);
+    if (ta->nodes == NULL || tree_parents(parents, ta) < 0)
+        return -1;
+    ta->path = PyMem_Malloc((ta->n + 1) * sizeof(size_t));
+    ta->out = PyMem_Malloc((ta->n + 1) * sizeof(int64_t));
+    if (ta->path == NULL || ta->out == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (pld_tree_depths(ta->parents, ta->n, ta->path, &ta->depth) != PLD_OK) {
+        PyErr_SetString(PyExc_ValueError, "parents: invalid tree"); /* checked above */
         return -1;
     }
     return 0;
 }
 
-static PyObject *py_accept_greedy_logits(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* (path, accepted): the path's node indices and the m + 1 tokens. */
+static PyObject *walk_result(const tree_args *ta, size_t m)
 {
-    float_input fi;
-    int64_t *d = NULL, *out_tokens = NULL;
-    size_t k = 0, n = 0;
-    pld_status st = PLD_OK;
-    PyObject *out = NULL;
+    PyObject *path = PyList_New((Py_ssize_t)m), *tokens;
+    size_t i;
+    if (path == NULL)
+        return NULL;
+    for (i = 0; i < m; i++) {
+        PyObject *item = PyLong_FromSize_t(ta->path[i]);
+        if (item == NULL) {
+            Py_DECREF(path);
+            return NULL;
+        }
+        PyList_SET_ITEM(path, (Py_ssize_t)i, item);
+    }
+    tokens = list_from_i64(ta->out, m + 1);
+    if (tokens == NULL) {
+        Py_DECREF(path);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", path, tokens);
+}
+
+static PyObject *py_accept_greedy(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
+{
+    static const char *const names[] = {"tokens", "choices", "parents"};
+    PyObject *a[3], *out = NULL;
+    tree_args ta;
+    int64_t *choices = NULL;
+    size_t n_choices = 0, m = 0;
+    pld_status st;
     (void)self;
-    memset(&fi, 0, sizeof(fi));
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "accept_greedy_logits(draft, logits) takes 2 arguments");
+    if (parse_fast_args("accept_greedy", args, nargs, kwnames, names, 3, 3, a) < 0)
+        return NULL;
+    if (a[0] == NULL || a[1] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "accept_greedy() needs tokens and choices");
         return NULL;
     }
-    d = ids_copy(args[0], "draft", 0, &k);
-    if (d == NULL)
-        return NULL;
-    out_tokens = PyMem_Malloc((k + 1) * sizeof(int64_t));
-    if (out_tokens == NULL) {
-        PyErr_NoMemory();
+    /* every argument copied as it is read: converting one may run Python code */
+    if (tree_args_get(a[0], a[2], &ta) < 0)
+        goto error;
+    choices = ids_copy(a[1], "choices", 0, &n_choices);
+    if (choices == NULL)
+        goto error;
+    if (n_choices < ta.n + 1) {
+        PyErr_Format(PyExc_ValueError,
+                     "choices: expected at least len(tokens) + 1 = %zu ids, got %zu", ta.n + 1,
+                     n_choices);
         goto error;
     }
-    /* the one argument read in place, taken last */
-    if (float_input_get(args[1], "logits", &fi) < 0 || check_rows(&fi, "logits", k) < 0)
-        goto error;
-    PLD_MAYBE_WITHOUT_GIL(
-        fi.gil_free_ok && (k + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS,
-        st = pld_accept_greedy_logits(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, out_tokens, &n));
-    float_input_release(&fi);
-    if (st != PLD_OK) {
-        raise_status(st, "logits");
-        goto error;
-    }
-    out = result_tuple(n, out_tokens);
+    st = pld_accept_tree_greedy(ta.nodes, ta.parents, ta.n, choices, ta.path, ta.out, &m);
+    if (st != PLD_OK)
+        raise_status(st, "accept_greedy");
+    else
+        out = walk_result(&ta, m);
 error:
-    float_input_release(&fi);
-    PyMem_Free(d);
-    PyMem_Free(out_tokens);
+    tree_args_release(&ta);
+    PyMem_Free(choices);
     return out;
 }
 
-/* need uniforms in [0, 1) from a sequence of floats, read from a snapshot. */
-static int parse_uniforms(PyObject *obj, size_t need, double *out)
+/* The uniforms, at least `need`, each in [0, 1), from a sequence (or any
+ * iterable) of floats read from a snapshot (a tuple of its items), into
+ * *out (PyMem_Free) and *count. */
+static int parse_uniforms(PyObject *obj, size_t need, double **out, size_t *count)
 {
     static const char arg[] = "uniforms";
     PyObject *items;
     Py_ssize_t i, n;
     int rc = -1;
-    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
+    *out = NULL;
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj) || obj == Py_None) {
         PyErr_Format(PyExc_TypeError, "%s: expected a sequence of floats, got %.100s", arg,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
-    items = sequence_snapshot(obj, arg);
-    if (items == NULL)
+    items = PySequence_Tuple(obj); /* any iterable (a tensor, an array); may run Python code */
+    if (items == NULL) {
+        if (error_is_replaceable(0))
+            raise_from_pending(PyExc_TypeError, "%s: expected a sequence of floats, got %.100s", arg,
+                               Py_TYPE(obj)->tp_name);
         return -1;
+    }
     n = PyTuple_GET_SIZE(items);
-    if ((size_t)n != need) {
-        PyErr_Format(PyExc_ValueError, "%s: expected len(draft) + 1 = %zu values, got %zd", arg,
+    if ((size_t)n < need) {
+        PyErr_Format(PyExc_ValueError,
+                     "%s: expected at least 1 + the tree's depth = %zu values, got %zd", arg,
                      need, n);
+        goto error;
+    }
+    *out = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
+    if (*out == NULL) {
+        PyErr_NoMemory();
         goto error;
     }
     for (i = 0; i < n; i++) {
@@ -2444,10 +2445,15 @@ static int parse_uniforms(PyObject *obj, size_t need, double *out)
             PyErr_Format(PyExc_ValueError, "%s: values must lie in [0, 1), got %R", arg, item);
             goto error;
         }
-        out[i] = u;
+        (*out)[i] = u;
     }
+    *count = (size_t)n;
     rc = 0;
 error:
+    if (rc < 0) {
+        PyMem_Free(*out);
+        *out = NULL;
+    }
     Py_DECREF(items);
     return rc;
 }
@@ -2455,62 +2461,46 @@ error:
 static PyObject *py_accept_sample(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                                   PyObject *kwnames)
 {
-    static const char *const names[] = {"draft", "probs", "generator", "uniforms"};
+    static const char *const names[] = {"tokens", "probs", "uniforms", "parents"};
     PyObject *a[4], *out = NULL;
+    tree_args ta;
     float_input fi;
-    int64_t *d = NULL, *out_tokens = NULL;
     double *u = NULL;
-    size_t k = 0, n = 0, i;
+    size_t n_u = 0, m = 0;
     pld_status st = PLD_OK;
+    (void)self;
     memset(&fi, 0, sizeof(fi));
-    if (parse_fast_args("accept_sample", args, nargs, kwnames, names, 4, 2, a) < 0)
+    if (parse_fast_args("accept_sample", args, nargs, kwnames, names, 4, 4, a) < 0)
         return NULL;
-    if (a[0] == NULL || a[1] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "accept_sample() needs draft and probs");
-        return NULL;
-    }
-    if (a[2] != NULL && a[2] != Py_None && !PyObject_TypeCheck(a[2], &GeneratorType)) {
-        PyErr_Format(PyExc_TypeError, "generator: expected a pld.Generator, got %.100s",
-                     Py_TYPE(a[2])->tp_name);
+    if (a[0] == NULL || a[1] == NULL || a[2] == NULL) {
+        PyErr_SetString(PyExc_TypeError, "accept_sample() needs tokens, probs and uniforms");
         return NULL;
     }
-    /* every conversion that can run Python code first: draft, uniforms */
-    d = ids_copy(a[0], "draft", 0, &k);
-    if (d == NULL)
-        return NULL;
-    u = PyMem_Malloc((k + 1) * sizeof(double));
-    out_tokens = PyMem_Malloc((k + 1) * sizeof(int64_t));
-    if (u == NULL || out_tokens == NULL) {
-        PyErr_NoMemory();
+    /* every conversion that can run Python code first: tokens, parents, uniforms */
+    if (tree_args_get(a[0], a[3], &ta) < 0 || parse_uniforms(a[2], ta.depth + 1, &u, &n_u) < 0)
         goto error;
-    }
-    if (a[3] != NULL && a[3] != Py_None) {
-        if (parse_uniforms(a[3], k + 1, u) < 0)
-            goto error;
-    } else {
-        pld_rng *rng = (a[2] != NULL && a[2] != Py_None)
-                           ? &((GeneratorObject *)a[2])->rng
-                           : &((module_state *)PyModule_GetState(self))->default_rng;
-        for (i = 0; i <= k; i++)
-            u[i] = pld_rng_uniform(rng);
-    }
     /* then the one argument read in place */
-    if (float_input_get(a[1], "probs", &fi) < 0 || check_rows(&fi, "probs", k) < 0)
+    if (float_input_get(a[1], "probs", &fi) < 0)
         goto error;
-    PLD_MAYBE_WITHOUT_GIL(
-        fi.gil_free_ok && (k + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS,
-        st = pld_accept_sample(fi.data, fi.ftype, fi.rows, fi.vocab, d, k, u, out_tokens, &n));
-    float_input_release(&fi);
-    if (st != PLD_OK) {
-        raise_status(st, "probs");
+    if (fi.rows < ta.n + 1) {
+        PyErr_Format(PyExc_ValueError, "probs: expected at least len(tokens) + 1 = %zu rows, got %zu",
+                     ta.n + 1, fi.rows);
         goto error;
     }
-    out = result_tuple(n, out_tokens);
+    /* at most depth + 1 rows are read: a long call only over a big vocabulary */
+    PLD_MAYBE_WITHOUT_GIL(
+        fi.gil_free_ok && (ta.depth + 1) * fi.vocab >= PLD_NOGIL_MIN_ELEMENTS,
+        st = pld_accept_tree_sample(ta.nodes, ta.parents, ta.n, fi.data, fi.ftype, fi.rows,
+                                    fi.vocab, u, n_u, ta.path, ta.out, &m));
+    float_input_release(&fi);
+    if (st != PLD_OK)
+        raise_status(st, "probs");
+    else
+        out = walk_result(&ta, m);
 error:
     float_input_release(&fi);
-    PyMem_Free(d);
+    tree_args_release(&ta);
     PyMem_Free(u);
-    PyMem_Free(out_tokens);
     return out;
 }
 
@@ -2543,37 +2533,30 @@ static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
-/* Registered with os.register_at_fork: a forked child draws its own
- * numbers, not the parent's. */
-static PyObject *py_reseed_after_fork(PyObject *self, PyObject *unused)
-{
-    (void)unused;
-    pld_rng_seed(&((module_state *)PyModule_GetState(self))->default_rng, random_u64());
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef module_methods[] = {
     {"_ngram_tag", (PyCFunction)(void (*)(void))py_ngram_tag, METH_FASTCALL,
      "_ngram_tag(tokens, seed=0) -> int: the hash tag of an n-gram in an index keyed by seed "
      "(for tests)"},
-    {"_reseed_after_fork", (PyCFunction)py_reseed_after_fork, METH_NOARGS,
-     "_reseed_after_fork(): reseed the default generator (run in a forked child)"},
     {"_find_candidate", (PyCFunction)(void (*)(void))py_find_candidate, METH_FASTCALL,
      "_find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics, "
      "max_length, eos_token_id) -> (start, count)"},
-    {"accept_greedy", (PyCFunction)(void (*)(void))py_accept_greedy, METH_FASTCALL,
-     "accept_greedy(draft, chosen)\n--\n\n"
-     "Greedy acceptance from the model's chosen ids at the k+1 verified positions.\n"
-     "Returns (n, tokens): n accepted draft tokens and the n+1 tokens to append."},
-    {"accept_greedy_logits", (PyCFunction)(void (*)(void))py_accept_greedy_logits, METH_FASTCALL,
-     "accept_greedy_logits(draft, logits)\n--\n\n"
-     "Greedy acceptance fused with the argmax over [k+1, V] float32/float16/bfloat16 logits.\n"
-     "Returns (n, tokens)."},
+    {"accept_greedy", (PyCFunction)(void (*)(void))py_accept_greedy, METH_FASTCALL | METH_KEYWORDS,
+     "accept_greedy(tokens, choices, parents=None)\n--\n\n"
+     "Greedy acceptance of a verified token tree: walk from the root along the model's\n"
+     "choices (choices[0] at the root, choices[1 + i] at node i; at least len(tokens) + 1\n"
+     "ids), descending to the first child of the current node whose token is the choice.\n"
+     "tokens: the nodes' tokens; parents: each node's parent in [-1, i) (-1: the root),\n"
+     "None for a chain. Returns (path, accepted): the accepted nodes' indices, then their\n"
+     "tokens and the model's token after the path (len(path) + 1 tokens)."},
     {"accept_sample", (PyCFunction)(void (*)(void))py_accept_sample, METH_FASTCALL | METH_KEYWORDS,
-     "accept_sample(draft, probs, *, generator=None, uniforms=None)\n--\n\n"
-     "Exact speculative sampling of a deterministic draft against [k+1, V] probabilities.\n"
-     "Returns (n, tokens). Without generator or uniforms it draws from the module's\n"
-     "generator, seeded from the operating system and reseeded in a forked child."},
+     "accept_sample(tokens, probs, uniforms, parents=None)\n--\n\n"
+     "Exact speculative sampling of a verified token tree: the walk of accept_greedy, the\n"
+     "model's token at each visited position drawn by inverse CDF from its row of probs\n"
+     "([len(tokens) + 1, V] or [1, len(tokens) + 1, V] float32/float16/bfloat16, row 0 the\n"
+     "root's, rows unnormalised, each visited row finite, non-negative with positive sum)\n"
+     "with uniforms[d] for a position of depth d (the root 0): at least 1 + the tree's\n"
+     "depth floats in [0, 1), one a depth, so the tokens are i.i.d. draws from the model.\n"
+     "Returns (path, accepted) as accept_greedy."},
     {NULL, NULL, 0, NULL}};
 
 /* Module objects alive that may use the int cache (it is freed with the
@@ -2582,18 +2565,12 @@ static Py_ssize_t int_cache_users;
 
 static int module_exec(PyObject *m)
 {
-    module_state *state = PyModule_GetState(m);
-    PyObject *os = NULL, *reseed = NULL, *reg = NULL, *args = NULL, *kw = NULL, *r = NULL;
-    int rc = -1;
-    pld_rng_seed(&state->default_rng, random_u64());
-    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&GeneratorType) < 0 ||
-        PyType_Ready(&CorpusType) < 0)
+    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&CorpusType) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "NgramIndex", (PyObject *)&NgramIndexType) < 0 ||
         PyModule_AddObjectRef(m, "Corpus", (PyObject *)&CorpusType) < 0 ||
         PyModule_AddObject(m, "CORPUS_MAX_TOKENS", PyLong_FromSize_t(PLD_CORPUS_MAX_TOKENS)) < 0 ||
         PyModule_AddIntConstant(m, "CORPUS_MAX_SEGMENTS", PLD_CORPUS_MAX_SEGMENTS) < 0 ||
-        PyModule_AddObjectRef(m, "Generator", (PyObject *)&GeneratorType) < 0 ||
         PyModule_AddIntConstant(m, "MAX_NGRAM", PLD_MAX_NGRAM) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DRAFT", PLD_MAX_DRAFT) < 0 ||
         PyModule_AddObject(m, "MAX_TOKENS", PyLong_FromSize_t(PLD_INDEX_MAX_TOKENS)) < 0)
@@ -2605,35 +2582,7 @@ static int module_exec(PyObject *m)
         int_cache_interp = PyInterpreterState_Main();
         int_cache_users++;
     }
-    os = PyImport_ImportModule("os");
-    if (os == NULL)
-        goto done;
-    reg = PyObject_GetAttrString(os, "register_at_fork");
-    if (reg == NULL) { /* a platform without fork */
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-            goto done;
-        PyErr_Clear();
-        rc = 0;
-        goto done;
-    }
-    reseed = PyObject_GetAttrString(m, "_reseed_after_fork");
-    if (reseed == NULL)
-        goto done;
-    args = PyTuple_New(0);
-    kw = Py_BuildValue("{sO}", "after_in_child", reseed);
-    if (args == NULL || kw == NULL)
-        goto done;
-    r = PyObject_Call(reg, args, kw);
-    if (r != NULL)
-        rc = 0;
-done:
-    Py_XDECREF(os);
-    Py_XDECREF(reg);
-    Py_XDECREF(reseed);
-    Py_XDECREF(args);
-    Py_XDECREF(kw);
-    Py_XDECREF(r);
-    return rc;
+    return 0;
 }
 
 static void module_free(void *module)
@@ -2649,7 +2598,7 @@ static PyModuleDef_Slot module_slots[] = {
     {0, NULL}};
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "pld._core", "The C core of pld.", sizeof(module_state),
+    PyModuleDef_HEAD_INIT, "pld._core", "The C core of pld.", 0,
     module_methods, module_slots, NULL, NULL, module_free};
 
 PyMODINIT_FUNC PyInit__core(void)

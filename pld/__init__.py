@@ -1,11 +1,16 @@
 """pld: prompt lookup decoding with a C core.
 
 The lookup (`find_candidate_pred_tokens`, `NgramIndex`) and the acceptance of
-a draft (`accept_greedy`, `accept_greedy_logits`, `accept_sample`) run in C
-on raw token buffers: torch tensors, NumPy arrays and lists, without copies
-where the input is contiguous.
+a verified token tree run in C on raw token buffers: torch tensors, NumPy
+arrays and lists, without copies where the input is contiguous.
+`accept_greedy(tokens, choices, parents=None)` walks the tree (a chain when
+parents is None) from the root along the model's chosen ids;
+`accept_sample(tokens, probs, uniforms, parents=None)` walks it along tokens
+drawn by inverse CDF from the model's probabilities, one uniform a depth
+(exact speculative sampling). Both return (path, accepted): the accepted
+nodes and the tokens to append. The decoding loop (pld.generate) runs them.
 """
-from ._core import Generator, NgramIndex, accept_greedy, accept_greedy_logits, accept_sample
+from ._core import NgramIndex, accept_greedy, accept_sample
 from .config import POLICIES, SEMANTICS, DecodeConfig  # (no torch: the options, validated)
 from .lookup import find_candidate_pred_tokens
 
@@ -43,10 +48,8 @@ __all__ = [
     "tokenizer_fingerprint",
     "POLICIES",
     "SEMANTICS",
-    "Generator",
     "NgramIndex",
     "accept_greedy",
-    "accept_greedy_logits",
     "accept_sample",
     "find_candidate_pred_tokens",
 ]

@@ -1,9 +1,7 @@
 from typing import Any, ContextManager
 
-from ._core import Generator as Generator
 from ._core import NgramIndex as NgramIndex
 from ._core import accept_greedy as accept_greedy
-from ._core import accept_greedy_logits as accept_greedy_logits
 from ._core import accept_sample as accept_sample
 from .config import DecodeConfig as DecodeConfig
 from .corpus import Corpus as Corpus

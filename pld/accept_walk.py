@@ -99,7 +99,7 @@ def draw(scores: torch.Tensor) -> int:
     probs = torch.softmax(scores, dim=-1)
     if probs.device.type == "cpu":
         u = torch.rand(1, dtype=torch.float64).tolist()
-        return _core.accept_sample([], probs.numpy(), uniforms=u)[1][0]
+        return _core.accept_sample([], probs.numpy(), u)[1][0]
     return int(torch.multinomial(probs, 1))
 
 

@@ -1,4 +1,5 @@
-"""Plain-Python reference implementations of pld's lookup semantics.
+"""Plain-Python reference implementations of pld's lookup and acceptance
+semantics.
 
 Written from the method's description and csrc/pld.h (the contract), in the
 most naive way: every window of the sequence is compared with the suffix
@@ -18,6 +19,11 @@ Semantics (see pld.h):
   ``start < end`` where ``start = i + n`` and ``end = min(start + k, L,
   max_length)`` yields ``seq[start:end]`` cut before its first eos; a draft
   cut to nothing is empty (no further n is tried).
+
+Acceptance of a verified token tree (``accept_greedy_tree``,
+``accept_sample_tree``; pld.h's walk): from the root, the model's token at
+the current position; the first child of the current node with that token
+is accepted and becomes the current node, until none is.
 """
 
 from __future__ import annotations
@@ -358,3 +364,86 @@ class ReferenceCorpus:
                         cand = cand[:cand.index(-1)]
                     trie.insert(cand, n)
         return trie.lists
+
+
+# ------------------------------------------------------------- acceptance
+def _tree_parents(tokens: Sequence[int], parents) -> list:
+    """The parents as given, or a chain's; each must lie in [-1, i)."""
+    parents = list(range(-1, len(tokens) - 1)) if parents is None else [int(p) for p in parents]
+    if len(parents) != len(tokens) or any(not -1 <= p < i for i, p in enumerate(parents)):
+        raise ValueError("parents: each parents[i] must lie in [-1, i)")
+    return parents
+
+
+def tree_depth(parents: Sequence[int]) -> int:
+    """The deepest node's depth (the root's is 0), by climbing from each node."""
+    deepest = 0
+    for i in range(len(parents)):
+        d, v = 0, i
+        while v >= 0:
+            d, v = d + 1, parents[v]
+        deepest = max(deepest, d)
+    return deepest
+
+
+def _walk(tokens: Sequence[int], parents: Sequence[int], token_at) -> tuple:
+    """pld.h's walk: ``token_at(position, depth)`` is the model's token at a
+    position (0: the root, 1 + i: node i). Returns (path, accepted)."""
+    path: list = []
+    accepted: list = []
+    node = -1
+    while True:
+        t = token_at(node + 1, len(path))
+        accepted.append(t)
+        children = [c for c in range(len(tokens)) if c > node and parents[c] == node and tokens[c] == t]
+        if not children:
+            return path, accepted
+        node = children[0]  # the first such child
+        path.append(node)
+
+
+def accept_greedy_tree(tokens: Sequence[int], choices: Sequence[int], parents=None) -> tuple:
+    """pld.accept_greedy: the model's token at position p is choices[p]."""
+    tokens = [int(t) for t in tokens]
+    parents = _tree_parents(tokens, parents)
+    choices = [int(c) for c in choices]
+    if len(choices) < len(tokens) + 1:
+        raise ValueError("choices: expected at least len(tokens) + 1 ids")
+    return _walk(tokens, parents, lambda position, depth: choices[position])
+
+
+def inverse_cdf(row: Sequence[float], u: float) -> int:
+    """The least v with row[v] > 0 and u * sum(row) < row[0] + ... + row[v]
+    (sums in float64, in index order); the last v with row[v] > 0 if
+    rounding leaves none. ValueError for a NaN, negative or infinite entry,
+    or no mass."""
+    row = [float(p) for p in row]
+    total = 0.0
+    for p in row:
+        if not (p >= 0.0) or p == _INF:
+            raise ValueError("probs: a row with a NaN, a negative or an infinite entry")
+        total += p
+    if not total > 0.0:
+        raise ValueError("probs: a row without mass")
+    acc, last = 0.0, None
+    for v, p in enumerate(row):
+        if p > 0.0:
+            last = v
+            acc += p
+            if u * total < acc:
+                return v
+    return last
+
+
+def accept_sample_tree(tokens: Sequence[int], probs, uniforms: Sequence[float], parents=None) -> tuple:
+    """pld.accept_sample: the model's token at a position of depth d is
+    inverse_cdf(its row of probs, uniforms[d]). ``probs``: rows of floats
+    (at least len(tokens) + 1 of them), as the C core reads them."""
+    tokens = [int(t) for t in tokens]
+    parents = _tree_parents(tokens, parents)
+    uniforms = [float(u) for u in uniforms]
+    if len(uniforms) < 1 + tree_depth(parents):
+        raise ValueError("uniforms: expected at least 1 + the tree's depth values")
+    if len(probs) < len(tokens) + 1:
+        raise ValueError("probs: expected at least len(tokens) + 1 rows")
+    return _walk(tokens, parents, lambda position, depth: inverse_cdf(probs[position], uniforms[depth]))

@@ -213,48 +213,47 @@ def test_index_grow_and_free_no_leak():
 
 
 def test_accept_no_leak():
-    draft = [1, 2, 3]
-    chosen = [1, 2, 9, 4]
-    L = np.zeros((4, 50), dtype=np.float32)
-    L[0, 1] = L[1, 2] = L[2, 7] = L[3, 0] = 1.0
+    tokens = [1, 2, 3]
+    choices = [1, 2, 9, 4]
+    tree = [-1, 0, -1]
     P = np.full((4, 50), 0.02, dtype=np.float32)
-    g = pld.Generator(3)
     u = [0.5, 0.25, 0.125, 0.75]
     bad_u = [0.5]
     nanP = P.copy()
     nanP[0, 0] = np.nan
-    int_logits = np.zeros((4, 50), dtype=np.int64)
-    float_draft = np.array([1.0, 2.0])
+    int_probs = np.zeros((4, 50), dtype=np.int64)
+    float_tokens = np.array([1.0, 2.0])
+    bad_parents = [-1, 1, 0]
 
     def fn():
-        pld.accept_greedy(draft, chosen)
-        pld.accept_greedy_logits(draft, L)
-        pld.accept_sample(draft, P, generator=g)
-        pld.accept_sample(draft, P, uniforms=u)
-        raising(lambda: pld.accept_greedy(draft, draft))()
-        raising(lambda: pld.accept_greedy_logits(draft, L[:2]))()
-        raising(lambda: pld.accept_sample(draft, P, uniforms=bad_u))()
-        raising(lambda: pld.accept_sample(draft, nanP, uniforms=u))()
-        raising(lambda: pld.accept_greedy_logits(draft, int_logits))()
-        raising(lambda: pld.accept_greedy_logits(float_draft, L))()
-        raising(lambda: pld.accept_greedy(float_draft, chosen))()
-        g.random()
+        pld.accept_greedy(tokens, choices)
+        pld.accept_greedy(tokens, choices, tree)
+        pld.accept_sample(tokens, P, u)
+        pld.accept_sample(tokens, P, u, tree)
+        raising(lambda: pld.accept_greedy(tokens, tokens))()
+        raising(lambda: pld.accept_greedy(tokens, choices, bad_parents))()
+        raising(lambda: pld.accept_sample(tokens, P[:2], u))()
+        raising(lambda: pld.accept_sample(tokens, P, bad_u))()
+        raising(lambda: pld.accept_sample(tokens, nanP, u))()
+        raising(lambda: pld.accept_sample(tokens, int_probs, u))()
+        raising(lambda: pld.accept_sample(float_tokens, P, u))()
+        raising(lambda: pld.accept_greedy(float_tokens, choices))()
 
-    run_flat(fn, [draft, chosen, L, P, g, u, bad_u, nanP, int_logits, float_draft], n=N // 2)
+    run_flat(fn, [tokens, choices, tree, P, u, bad_u, nanP, int_probs, float_tokens, bad_parents], n=N // 2)
 
 
 @pytest.mark.torch
 def test_accept_torch_no_leak():
     torch = _torch()
-    draft = torch.tensor([1, 2, 3])
-    L = torch.zeros(4, 50, dtype=torch.bfloat16)
-    L[0, 1] = L[1, 2] = 1.0
+    tokens = torch.tensor([1, 2, 3])
+    choices = torch.tensor([1, 2, 9, 4])
+    parents = torch.tensor([-1, 0, -1])
     P = torch.full((4, 50), 0.02, dtype=torch.float16)
-    u = [0.1, 0.2, 0.3, 0.4]
+    u = torch.rand(4, dtype=torch.float64)
 
     def fn():
-        pld.accept_greedy_logits(draft, L)
-        pld.accept_sample(draft, P, uniforms=u)
-        raising(lambda: pld.accept_greedy_logits(draft, L[:1]))()
+        pld.accept_greedy(tokens, choices, parents)
+        pld.accept_sample(tokens, P, u, parents)
+        raising(lambda: pld.accept_sample(tokens, P[:1], u))()
 
-    run_flat(fn, [draft, L, P, u], n=N // 4)
+    run_flat(fn, [tokens, choices, parents, P, u], n=N // 4)

@@ -1,22 +1,29 @@
 /*
- * fuzz_accept.c -- libFuzzer target for the acceptance functions: random
- * shapes and values (NaN, +-inf, negative, subnormal, raw bit patterns).
- * Must never crash; checks:
- *   greedy ids:    n equals the naive longest agreeing prefix
- *   greedy logits: n and out[0..n] equal a naive argmax loop (first max,
- *                  NaN is the max); the buffer holds only the rows the scan
- *                  may read, so ASan catches an over-read
- *   sample:        n <= k, out[0..n] in [0, vocab), out[i] == draft[i] for
- *                  i < n, a rejected draft token is not redrawn, the drawn
- *                  token has positive mass; PLD_ERR_VALUE only with a bad
- *                  row; clearly-decided accept/reject tests agree
- *   bad sizes:     PLD_ERR_ARG
+ * fuzz_accept.c -- libFuzzer target for the tree acceptance functions:
+ * random trees (parents anywhere in [-1, i), sometimes outside), tokens
+ * with equal siblings, random choices, and probabilities with NaN, +-inf,
+ * negative, subnormal values and raw bit patterns. Must never crash;
+ * checks:
+ *   depths:  pld_tree_depths agrees with ref_tree_depth (PLD_ERR_ARG
+ *            exactly for a bad parent)
+ *   greedy:  equals ref_tree_greedy; path[0..m) is a parent chain from the
+ *            root (parents[path[0]] == -1, parents[path[j]] == path[j-1]),
+ *            out[j] == nodes[path[j]] for j < m, out[j] is the choice at
+ *            the position before (choices[0] or choices[1 + path[j-1]]),
+ *            and no child of the last node (the root for m = 0) holds
+ *            out[m]
+ *   sample:  equals ref_tree_sample (PLD_ERR_VALUE exactly where the
+ *            reference finds a bad visited row); the same chain and token
+ *            invariants, every out[j] in [0, vocab) with positive mass in
+ *            its row; too few uniforms, too few rows, vocab 0 or a bad
+ *            type: PLD_ERR_ARG
  *
  * Input layout:
- *   [0] mode (0 ids, 1 logits, 2 sample) and ftype (bits 2-3; 3 = invalid)
- *   [1] vocab (mod 40; 0 = invalid)   [2] k (mod 9)
- *   [3] bit 0: rows = k (invalid), bits 1-2: extra rows, bits 4-7: value mode
- *   then draft bytes (k), uniform bytes (k + 1), element bytes
+ *   [0] bits 0-1 ftype (3 = invalid), bit 2: bad rows, bit 3: one uniform
+ *       too few, bits 4-7: value mode
+ *   [1] n (mod 17)   [2] vocab (mod 9; 0 = invalid)   [3] tree shape
+ *   then per node: parent byte, token byte; n + 1 choice bytes; 17
+ *   uniform byte pairs; element bytes
  */
 #include "pld.h"
 #include "tests/naive_reference.h"
@@ -25,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAXN 16
 
 static const uint8_t *g_data;
 static size_t g_size, g_pos;
@@ -70,29 +79,34 @@ static void put(unsigned char *buf, pld_float_type ft, size_t i, int mode)
     }
 }
 
-static int row_clean(const void *p, pld_float_type ft, size_t row, size_t vocab,
-                     int64_t exclude, double *sum_out)
+/* The invariants every walk keeps, whatever chose its tokens. */
+static void check_walk(const int64_t *nodes, const int64_t *parents, size_t n, const size_t *path,
+                       const int64_t *out, size_t m)
 {
-    double sum = 0, rest = 0;
-    size_t j;
-    for (j = 0; j < vocab; j++) {
-        float v = ref_elem(p, ft, row * vocab + j);
-        if (isnan(v) || isinf(v) || v < 0)
-            return 0;
-        sum += v;
-        if ((int64_t)j != exclude)
-            rest += v;
+    int64_t node = -1;
+    size_t j, c;
+    if (m > n)
+        abort();
+    for (j = 0; j < m; j++) {
+        if (path[j] >= n || parents[path[j]] != node || nodes[path[j]] != out[j])
+            abort();
+        for (c = (size_t)(node + 1); c < path[j]; c++) /* no earlier sibling with the token */
+            if (parents[c] == node && nodes[c] == out[j])
+                abort();
+        node = (int64_t)path[j];
     }
-    *sum_out = sum;
-    return sum > 0 && rest > 0;
+    for (c = (size_t)(node + 1); c < n; c++) /* the last token matches no child */
+        if (parents[c] == node && nodes[c] == out[m])
+            abort();
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int64_t draft[9], chosen[9], out[10], want[9];
-    double u[9];
-    size_t vocab, k, rows, i, n = 77, want_n, esz, nelem;
-    int mode, vmode, bad_ft, bad_rows;
+    int64_t nodes[MAXN], parents[MAXN], choices[MAXN + 1], out[MAXN + 1], want[MAXN + 1];
+    size_t path[MAXN], wpath[MAXN], depths[MAXN], n, vocab, rows, i, m = 99, d = 99, esz, nu;
+    double u[MAXN + 1];
+    int bad_ft, bad_rows, short_u, vmode, shape;
+    long depth, rm;
     pld_float_type ft;
     unsigned char *buf;
     pld_status st;
@@ -101,120 +115,83 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     g_data = data;
     g_size = size;
     g_pos = 4;
-    mode = data[0] % 3;
-    bad_ft = (data[0] >> 2 & 3) == 3;
-    ft = bad_ft ? (pld_float_type)(3 + (data[0] >> 4)) : (pld_float_type)(data[0] >> 2 & 3);
-    vocab = data[1] % 40;
-    k = data[2] % 9;
-    bad_rows = data[3] & 1;
-    rows = bad_rows ? k : k + 1 + (data[3] >> 1 & 3);
-    vmode = data[3] >> 4;
-    for (i = 0; i < k; i++) {
-        uint8_t b = next_byte();
-        draft[i] = (int64_t)(b % (vocab + 3)) - 1; /* -1 and >= vocab too */
-        if (b == 255)
-            draft[i] = INT64_MIN;
-        chosen[i] = (int64_t)(next_byte() % 2 ? draft[i] : b % 5);
+    bad_ft = (data[0] & 3) == 3;
+    ft = (pld_float_type)(data[0] & 3);
+    bad_rows = data[0] >> 2 & 1;
+    short_u = data[0] >> 3 & 1;
+    vmode = data[0] >> 4;
+    n = data[1] % (MAXN + 1);
+    vocab = data[2] % 9;
+    shape = data[3] % 4; /* 0 chain, 1 any parent, 2 bushy (root heavy), 3 raw byte */
+    for (i = 0; i < n; i++) {
+        const uint8_t b = next_byte();
+        switch (shape) {
+        case 0: parents[i] = (int64_t)i - 1; break;
+        case 1: parents[i] = (int64_t)(b % (i + 1)) - 1; break;
+        case 2: parents[i] = b % 2 ? -1 : (int64_t)(b % (i + 1)) - 1; break;
+        default: parents[i] = (int64_t)(int8_t)b; break; /* may be outside [-1, i) */
+        }
+        nodes[i] = (int64_t)(next_byte() % (vocab + 2)) - 1; /* -1 and >= vocab too */
     }
-    chosen[k] = next_byte();
-    for (i = 0; i <= k; i++)
+    for (i = 0; i <= n; i++)
+        choices[i] = (int64_t)(next_byte() % (vocab + 2)) - 1;
+    for (i = 0; i <= MAXN; i++)
         u[i] = next_byte() / 256.0 + next_byte() / 65536.0;
 
-    if (mode == 0) {
-        size_t m = 0, got = pld_accept_greedy_ids(draft, k, chosen);
-        while (m < k && draft[m] == chosen[m])
-            m++;
-        if (got != m)
+    depth = ref_tree_depth(parents, n);
+    st = pld_tree_depths(parents, n, depths, &d);
+    if ((depth < 0) != (st == PLD_ERR_ARG) || (depth >= 0 && (st != PLD_OK || d != (size_t)depth)))
+        abort();
+
+    /* greedy */
+    st = pld_accept_tree_greedy(nodes, parents, n, choices, path, out, &m);
+    if (depth < 0) {
+        if (st != PLD_ERR_ARG)
             abort();
-        return 0;
+    } else {
+        size_t wm = ref_tree_greedy(nodes, parents, n, choices, wpath, want);
+        if (st != PLD_OK || m != wm || memcmp(path, wpath, m * sizeof *path) ||
+            memcmp(out, want, (m + 1) * sizeof *out))
+            abort();
+        check_walk(nodes, parents, n, path, out, m);
+        for (i = 0; i <= m; i++) /* each token is the choice at its position */
+            if (out[i] != choices[i == 0 ? 0 : path[i - 1] + 1])
+                abort();
     }
 
-    esz = (ft == PLD_F32 || bad_ft) ? 4 : 2;
-    nelem = rows * vocab;
-    buf = malloc(nelem * esz + 1);
+    /* sampling */
+    esz = ft == PLD_F32 || bad_ft ? 4 : 2;
+    rows = bad_rows ? n : n + 1 + (data[3] >> 2 & 1);
+    buf = malloc(rows * (vocab ? vocab : 1) * esz + 1);
     if (buf == NULL)
         return 0;
-    for (i = 0; i < nelem; i++)
+    for (i = 0; i < rows * vocab; i++)
         put(buf, bad_ft ? PLD_F32 : ft, i, vmode);
-    for (i = 0; i < 10; i++)
-        out[i] = -999;
-
-    if (mode == 1) {
-        if (bad_ft || vocab == 0 || bad_rows) {
-            st = pld_accept_greedy_logits(buf, ft, rows, vocab, draft, k, out, &n);
-            if (st != PLD_ERR_ARG)
-                abort();
-            free(buf);
-            return 0;
-        }
-        for (i = 0; i <= k; i++)
-            want[i] = ref_argmax(buf, ft, i, vocab);
-        want_n = 0;
-        while (want_n < k && draft[want_n] == want[want_n])
-            want_n++;
-        { /* only the rows the scan may read */
-            unsigned char *exact = malloc((want_n + 1) * vocab * esz);
-            if (exact == NULL)
-                abort();
-            memcpy(exact, buf, (want_n + 1) * vocab * esz);
-            st = pld_accept_greedy_logits(exact, ft, rows, vocab, draft, k, out, &n);
-            free(exact);
-        }
-        if (st != PLD_OK || n != want_n)
-            abort();
-        for (i = 0; i <= n; i++)
-            if (out[i] != want[i])
-                abort();
-        free(buf);
-        return 0;
-    }
-
-    /* mode 2: sampling */
-    st = pld_accept_sample(buf, ft, rows, vocab, draft, k, u, out, &n);
-    if (bad_ft || vocab == 0 || bad_rows) {
+    nu = depth < 0 ? 1 : (size_t)depth + 1 - (size_t)short_u;
+    m = 99;
+    st = pld_accept_tree_sample(nodes, parents, n, buf, ft, rows, vocab, u, nu, path, out, &m);
+    if (depth < 0 || bad_ft || bad_rows || vocab == 0 || short_u) {
         if (st != PLD_ERR_ARG)
             abort();
         free(buf);
         return 0;
     }
-    if (st == PLD_OK) {
-        double sum, p;
-        if (n > k)
+    rm = ref_tree_sample(nodes, parents, n, buf, ft, vocab, u, wpath, want);
+    if (rm < 0) {
+        if (st != PLD_ERR_VALUE)
             abort();
-        for (i = 0; i <= n; i++)
-            if (out[i] < 0 || out[i] >= (int64_t)vocab)
-                abort();
-        for (i = 0; i < n; i++)
-            if (out[i] != draft[i])
-                abort();
-        /* the drawn token has positive mass and is not the rejected one */
-        if (!(ref_elem(buf, ft, n * vocab + (size_t)out[n]) > 0))
-            abort();
-        if (n < k && out[n] == draft[n])
-            abort();
-        /* clearly decided tests (away from rounding) must agree */
-        for (i = 0; i <= n && i < k; i++) {
-            if (!row_clean(buf, ft, i, vocab, -1, &sum))
-                abort(); /* a bad row was read yet the call succeeded */
-            p = (draft[i] >= 0 && draft[i] < (int64_t)vocab)
-                    ? ref_elem(buf, ft, i * vocab + (size_t)draft[i]) : 0.0;
-            if (i < n && u[i] * sum > p * (1 + 1e-5) + 1e-300)
-                abort(); /* accepted although clearly rejected */
-            if (i == n && u[i] * sum < p * (1 - 1e-5))
-                abort(); /* rejected although clearly accepted */
-        }
-    } else if (st == PLD_ERR_VALUE) {
-        /* Some row among 0..k must be bad (or have no mass left after its
-         * draft token is removed). */
-        int any_bad = 0;
-        for (i = 0; i <= k && !any_bad; i++) {
-            double sum;
-            any_bad = !row_clean(buf, ft, i, vocab, i < k ? draft[i] : -1, &sum);
-        }
-        if (!any_bad)
-            abort();
-    } else {
+        free(buf);
+        return 0;
+    }
+    if (st != PLD_OK || m != (size_t)rm || memcmp(path, wpath, m * sizeof *path) ||
+        memcmp(out, want, (m + 1) * sizeof *out))
         abort();
+    check_walk(nodes, parents, n, path, out, m);
+    for (i = 0; i <= m; i++) { /* a drawn token has positive mass in its row */
+        const size_t row = i == 0 ? 0 : path[i - 1] + 1;
+        if (out[i] < 0 || out[i] >= (int64_t)vocab ||
+            !(ref_elem(buf, ft, row * vocab + (size_t)out[i]) > 0))
+            abort();
     }
     free(buf);
     return 0;

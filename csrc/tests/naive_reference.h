@@ -12,10 +12,13 @@
  *   ref_frequent                PLD_POLICY_FREQUENT
  *   ref_f16_to_float, ref_bf16_to_float, ref_elem
  *                               element decoding for pld_float_type buffers
- *   ref_argmax                  the per-row argmax of pld_accept_greedy_logits
+ *   ref_tree_depth              the depth of a tree; -1 for a bad parent
+ *   ref_tree_greedy, ref_tree_sample
+ *                               pld_accept_tree_greedy / _sample: the walk
  *
  * Preconditions are those of pld.h (1 <= min_n <= max_n, k >= 1 for the
- * lookups, vocab >= 1 for ref_argmax); callers check argument errors
+ * lookups; valid trees, vocab >= 1 and rows >= n + 1 for the walks);
+ * callers check argument errors
  * against the core directly, never through these functions.
  *
  * All functions are `static inline` only so that a file using a subset of
@@ -327,26 +330,105 @@ static inline float ref_elem(const void *p, pld_float_type ft, size_t i)
     return ref_bf16_to_float(h);
 }
 
-/* argmax of row `row` of a rows x vocab buffer (C order), as in pld.h's
- * pld_accept_greedy_logits: the first maximal index, and NaN counts as the
- * maximum (the first NaN wins, as in torch.argmax). vocab >= 1. */
-static inline int64_t ref_argmax(const void *p, pld_float_type ft, size_t row,
-                                 size_t vocab)
+/* The depth of the tree parents[0..n) (0 when n is 0): each node's depth
+ * counted by climbing to the root; -1 if a parents[i] is outside [-1, i). */
+static inline long ref_tree_depth(const int64_t *parents, size_t n)
 {
-    size_t j, best = 0;
-    float bv = ref_elem(p, ft, row * vocab);
-    if (isnan(bv))
-        return 0;
-    for (j = 1; j < vocab; j++) {
-        float v = ref_elem(p, ft, row * vocab + j);
-        if (isnan(v))
-            return (int64_t)j;
-        if (v > bv) {
-            bv = v;
-            best = j;
+    size_t i;
+    long deepest = 0;
+    for (i = 0; i < n; i++)
+        if (parents[i] < -1 || parents[i] >= (int64_t)i)
+            return -1;
+    for (i = 0; i < n; i++) {
+        long d = 0;
+        int64_t v = (int64_t)i;
+        while (v >= 0) {
+            d++;
+            v = parents[v];
+        }
+        if (d > deepest)
+            deepest = d;
+    }
+    return deepest;
+}
+
+/* The least c > node with parents[c] == node and nodes[c] == t; -1: none. */
+static inline int64_t ref_first_child(const int64_t *nodes, const int64_t *parents, size_t n,
+                                      int64_t node, int64_t t)
+{
+    size_t c;
+    for (c = 0; c < n; c++)
+        if ((int64_t)c > node && parents[c] == node && nodes[c] == t)
+            return (int64_t)c;
+    return -1;
+}
+
+/* pld.h's walk with the model's tokens given: choices[0..n]. Returns m,
+ * path[0..m) and out[0..m]. */
+static inline size_t ref_tree_greedy(const int64_t *nodes, const int64_t *parents, size_t n,
+                                     const int64_t *choices, size_t *path, int64_t *out)
+{
+    int64_t node = -1;
+    size_t m = 0;
+    for (;;) {
+        int64_t c;
+        out[m] = choices[node + 1];
+        c = ref_first_child(nodes, parents, n, node, out[m]);
+        if (c < 0)
+            return m;
+        path[m++] = (size_t)c;
+        node = c;
+    }
+}
+
+/* The inverse-CDF draw of pld.h from row r of a rows x vocab buffer with
+ * u; -1 if the row has a NaN, a negative or infinite entry, or no mass. */
+static inline int64_t ref_draw(const void *p, pld_float_type ft, size_t r, size_t vocab,
+                               double u)
+{
+    double sum = 0, acc = 0;
+    size_t v;
+    int64_t last = -1;
+    for (v = 0; v < vocab; v++) {
+        const float x = ref_elem(p, ft, r * vocab + v);
+        if (isnan(x) || isinf(x) || x < 0)
+            return -1;
+        sum += x;
+    }
+    if (!(sum > 0))
+        return -1;
+    for (v = 0; v < vocab; v++) {
+        const float x = ref_elem(p, ft, r * vocab + v);
+        if (x > 0) {
+            last = (int64_t)v;
+            acc += x;
+            if (u * sum < acc)
+                return (int64_t)v;
         }
     }
-    return (int64_t)best;
+    return last;
+}
+
+/* pld.h's walk with draws: the token at depth d from uniforms[d]. Returns
+ * m (path[0..m), out[0..m]), or -1 where pld_accept_tree_sample returns
+ * PLD_ERR_VALUE. */
+static inline long ref_tree_sample(const int64_t *nodes, const int64_t *parents, size_t n,
+                                   const void *probs, pld_float_type ft, size_t vocab,
+                                   const double *uniforms, size_t *path, int64_t *out)
+{
+    int64_t node = -1;
+    size_t m = 0;
+    for (;;) {
+        int64_t c, t = ref_draw(probs, ft, (size_t)(node + 1), vocab, uniforms[m]);
+        if (t < 0)
+            return -1;
+        out[m] = t;
+        c = ref_first_child(nodes, parents, n, node, t);
+        if (c < 0)
+            return (long)m;
+        path[m++] = (size_t)c;
+        node = c;
+    }
 }
 
 #endif /* PLD_NAIVE_REFERENCE_H */

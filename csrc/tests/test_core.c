@@ -958,136 +958,77 @@ static void test_index_key_tags(void)
     free(crafted);
 }
 
-static void test_accept_ids(void)
+/* ------------------------------------------------------ tree acceptance */
+
+static void test_tree_depths(void)
 {
-    const int64_t d[] = {1, 2, 3};
-    const int64_t c1[] = {1, 2, 3, 4};
-    const int64_t c2[] = {1, 5, 3, 4};
-    const int64_t c3[] = {0, 2, 3, 4};
-    CHECK(pld_accept_greedy_ids(d, 3, c1) == 3);
-    CHECK(pld_accept_greedy_ids(d, 3, c2) == 1);
-    CHECK(pld_accept_greedy_ids(d, 3, c3) == 0);
-    CHECK(pld_accept_greedy_ids(d, 0, c3) == 0);
-    CHECK(pld_accept_greedy_ids(NULL, 0, c3) == 0);
+    const int64_t chain[] = {-1, 0, 1, 2};
+    const int64_t bushy[] = {-1, -1, 0, 1, 2, 0};
+    const int64_t bad1[] = {0}, bad2[] = {-1, 1}, bad3[] = {-1, -2}, bad4[] = {-1, 0, 3};
+    size_t depths[6], d = 99;
+    CHECK(pld_tree_depths(chain, 4, depths, &d) == PLD_OK && d == 4 && depths[3] == 4);
+    CHECK(pld_tree_depths(bushy, 6, depths, &d) == PLD_OK && d == 3);
+    CHECK(depths[0] == 1 && depths[1] == 1 && depths[2] == 2 && depths[3] == 2 &&
+          depths[4] == 3 && depths[5] == 2);
+    CHECK(pld_tree_depths(NULL, 0, NULL, &d) == PLD_OK && d == 0);
+    CHECK(pld_tree_depths(bad1, 1, depths, &d) == PLD_ERR_ARG);
+    CHECK(pld_tree_depths(bad2, 2, depths, &d) == PLD_ERR_ARG);
+    CHECK(pld_tree_depths(bad3, 2, depths, &d) == PLD_ERR_ARG);
+    CHECK(pld_tree_depths(bad4, 3, depths, &d) == PLD_ERR_ARG);
+    CHECK(pld_tree_depths(chain, 4, NULL, &d) == PLD_ERR_ARG);
+    CHECK(pld_tree_depths(chain, 4, depths, NULL) == PLD_ERR_ARG);
 }
 
-static void test_accept_logits_hand(void)
+static void test_tree_greedy_hand(void)
 {
-    int64_t out[4];
-    size_t n = 99;
+    /*      root
+     *     /  |   \
+     *   0:5 1:6  4:5 (a duplicate of 0: never reached)
+     *    |   |
+     *   2:7 3:8
+     */
+    const int64_t nodes[] = {5, 6, 7, 8, 5};
+    const int64_t parents[] = {-1, -1, 0, 1, -1};
+    size_t path[5], m = 99;
+    int64_t out[6];
     {
-        const float l[] = {1, 3, 3, 2, /* row 0: tie -> 1 */
-                           0, NAN, 5, NAN, /* row 1: NaN is max -> 1 */
-                           -INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                           -0.0f, 0.0f, -1, -2};
-        const int64_t d1[] = {1, 1, 0};
-        const int64_t d2[] = {1, 2, 0};
-        const int64_t d3[] = {0};
-        CHECK(pld_accept_greedy_logits(l, PLD_F32, 4, 4, d1, 3, out, &n) ==
-              PLD_OK);
-        CHECK(n == 3 && out[0] == 1 && out[1] == 1 && out[2] == 0 &&
-              out[3] == 0);
-        CHECK(pld_accept_greedy_logits(l, PLD_F32, 4, 4, d2, 3, out, &n) ==
-              PLD_OK);
-        CHECK(n == 1 && out[0] == 1 && out[1] == 1);
-        CHECK(pld_accept_greedy_logits(l, PLD_F32, 4, 4, d3, 1, out, &n) ==
-              PLD_OK);
-        CHECK(n == 0 && out[0] == 1);
-        /* k = 0: one row, its argmax */
-        CHECK(pld_accept_greedy_logits(l + 12, PLD_F32, 1, 4, NULL, 0, out,
-                                       &n) == PLD_OK);
-        CHECK(n == 0 && out[0] == 0);
+        const int64_t c[] = {5, 7, 0, 9, 2, 3}; /* 5 -> node 0, 7 -> node 2, then 9 */
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, c, path, out, &m) == PLD_OK);
+        CHECK(m == 2 && path[0] == 0 && path[1] == 2 && out[0] == 5 && out[1] == 7 &&
+              out[2] == 9);
     }
-    {   /* f16: 1.0, 2.0, inf, -1 / NaN first / -0 +0 */
-        const uint16_t h[] = {0x3C00, 0x4000, 0x7C00, 0xBC00,
-                              0x7E00, 0x7C00, 0x3C00, 0x7E00,
-                              0x8000, 0x0000, 0xFC00, 0x0001};
-        const int64_t d[] = {2, 0};
-        CHECK(pld_accept_greedy_logits(h, PLD_F16, 3, 4, d, 2, out, &n) ==
-              PLD_OK);
-        CHECK(n == 2 && out[0] == 2 && out[1] == 0 && out[2] == 3);
+    {
+        const int64_t c[] = {6, 0, 0, 0, 8, 0}; /* 6 -> node 1, position 2 says 0: stop */
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, c, path, out, &m) == PLD_OK);
+        CHECK(m == 1 && path[0] == 1 && out[0] == 6 && out[1] == 0);
     }
-    {   /* bf16: 1.0, 2.0 (max), 2.0 / -inf, NaN */
-        const uint16_t b[] = {0x3F80, 0x4000, 0x4000, 0xFF80, 0x7FC0, 0x3F80};
-        const int64_t d[] = {1};
-        CHECK(pld_accept_greedy_logits(b, PLD_BF16, 2, 3, d, 1, out, &n) ==
-              PLD_OK);
-        CHECK(n == 1 && out[0] == 1 && out[1] == 1);
+    {
+        const int64_t c[] = {4, 7, 7, 7, 7, 7}; /* no child of the root has 4 */
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, c, path, out, &m) == PLD_OK);
+        CHECK(m == 0 && out[0] == 4);
+    }
+    {   /* the root alone */
+        const int64_t c[] = {3};
+        CHECK(pld_accept_tree_greedy(NULL, NULL, 0, c, NULL, out, &m) == PLD_OK);
+        CHECK(m == 0 && out[0] == 3);
+    }
+    {   /* a chain, all accepted; negative and extreme ids are plain ids */
+        const int64_t cn[] = {INT64_MIN, -1, INT64_MAX};
+        const int64_t cp[] = {-1, 0, 1};
+        const int64_t c[] = {INT64_MIN, -1, INT64_MAX, 42};
+        CHECK(pld_accept_tree_greedy(cn, cp, 3, c, path, out, &m) == PLD_OK);
+        CHECK(m == 3 && path[2] == 2 && out[3] == 42 && out[0] == INT64_MIN);
     }
     {   /* errors */
-        const float l[] = {1, 2, 3, 4};
-        const int64_t d[] = {1, 1};
-        CHECK(pld_accept_greedy_logits(l, PLD_F32, 2, 2, d, 2, out, &n) ==
-              PLD_ERR_ARG); /* rows < k + 1 */
-        CHECK(pld_accept_greedy_logits(l, PLD_F32, 2, 0, d, 1, out, &n) ==
-              PLD_ERR_ARG); /* vocab 0 */
-        CHECK(pld_accept_greedy_logits(l, (pld_float_type)3, 2, 2, d, 1, out,
-                                       &n) == PLD_ERR_ARG);
-        CHECK(pld_accept_greedy_logits(l, (pld_float_type)-1, 2, 2, d, 1, out,
-                                       &n) == PLD_ERR_ARG);
-        CHECK(pld_accept_greedy_logits(l, PLD_F32, 2, 2, d, 1, out, &n) ==
-              PLD_OK);
-    }
-}
-
-/* Random logits in all three types against the naive argmax loop. Each
- * buffer holds exactly the rows the scan may read (rows after the first
- * disagreement are never read), so ASan catches an over-read. */
-static void test_accept_logits_random(void)
-{
-    static const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 2.5f, 1e30f,
-                                     -1e30f, 1e-40f, NAN, INFINITY, -INFINITY,
-                                     3.0f};
-    int iter;
-    for (iter = 0; iter < 5000; iter++) {
-        pld_float_type ft = (pld_float_type)(iter % 3);
-        size_t vocab = 1 + t_below(iter % 5 == 0 ? 40 : 5);
-        size_t k = t_below(6), rows = k + 1, i, j, want_n;
-        size_t esz = ft == PLD_F32 ? 4 : 2;
-        unsigned char *full = malloc(rows * vocab * esz);
-        unsigned char *exact;
-        int64_t draft[8], want[8], out[8], n_out = 0;
-        size_t n = 99;
-        pld_status r;
-        int nan_heavy = t_below(4) == 0;
-        if (!full)
-            abort();
-        for (i = 0; i < rows * vocab; i++) {
-            if (ft == PLD_F32) {
-                float f = nan_heavy ? specials[t_below(12)]
-                                    : (float)(int)t_below(4);
-                memcpy(full + 4 * i, &f, 4);
-            } else {
-                uint16_t h = nan_heavy ? (uint16_t)t_next()
-                                       : (uint16_t)(ft == PLD_F16 ? 0x3C00 + t_below(3)
-                                                                  : 0x3F80 + t_below(3));
-                memcpy(full + 2 * i, &h, 2);
-            }
-        }
-        for (i = 0; i < rows; i++)
-            want[i] = ref_argmax(full, ft, i, vocab);
-        for (i = 0; i < k; i++) /* mostly agree, sometimes not */
-            draft[i] = t_below(5) ? want[i] : (int64_t)t_below(vocab + 1);
-        want_n = 0;
-        while (want_n < k && draft[want_n] == want[want_n])
-            want_n++;
-        exact = malloc((want_n + 1) * vocab * esz);
-        if (!exact)
-            abort();
-        memcpy(exact, full, (want_n + 1) * vocab * esz);
-        for (j = 0; j < 8; j++)
-            out[j] = -5;
-        r = pld_accept_greedy_logits(exact, ft, rows, vocab, draft, k, out, &n);
-        CHECK(r == PLD_OK);
-        CHECKF(n == want_n, "ft=%d vocab=%zu k=%zu got n=%zu want %zu", (int)ft,
-               vocab, k, n, want_n);
-        if (n == want_n)
-            for (i = 0; i <= n; i++)
-                n_out += out[i] == want[i];
-        CHECKF(n_out == (int64_t)want_n + 1, "ft=%d vocab=%zu argmax differs",
-               (int)ft, vocab);
-        free(exact);
-        free(full);
+        const int64_t c[] = {5, 7, 9, 1, 2, 3};
+        const int64_t bad[] = {-1, -1, 2, 1, -1};
+        CHECK(pld_accept_tree_greedy(nodes, bad, 5, c, path, out, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_greedy(NULL, parents, 5, c, path, out, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_greedy(nodes, NULL, 5, c, path, out, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, NULL, path, out, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, c, NULL, out, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, c, path, NULL, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_greedy(nodes, parents, 5, c, path, out, NULL) == PLD_ERR_ARG);
     }
 }
 
@@ -1106,187 +1047,251 @@ static uint16_t f16_bits(double v) /* exact small values only */
     abort();
 }
 
-static void test_accept_sample_hand(void)
+static void test_tree_sample_hand(void)
 {
+    /* root -> 0:1 -> 2:0 ; root -> 1:2 ; rows: 4 positions x 3 tokens */
+    const int64_t nodes[] = {1, 2, 0};
+    const int64_t parents[] = {-1, -1, 0};
+    const float p[] = {1, 2, 1, /* root: 1 w.p. 1/2 (u in [.25, .75)) */
+                       3, 0, 1, /* node 0: 0 w.p. 3/4 */
+                       0, 0, 5, /* node 1: always 2 */
+                       0, 1, 1};
+    size_t path[3], m = 99;
     int64_t out[4];
-    size_t n = 99;
-    double u[4] = {0.99, 0.99, 0.99, 0.5};
-    {   /* one-hot rows on the draft: always accepted; bonus one-hot */
-        const float p[] = {0, 1, 0, /**/ 0, 0, 1, /**/ 1, 0, 0};
-        const int64_t d[] = {1, 2};
-        CHECK(pld_accept_sample(p, PLD_F32, 3, 3, d, 2, u, out, &n) == PLD_OK);
-        CHECK(n == 2 && out[0] == 1 && out[1] == 2 && out[2] == 0);
-    }
-    {   /* boundary: p = [1, 1], draft 0: accept iff u * 2 < 1 */
-        const float p[] = {1, 1, /**/ 0, 5};
-        const int64_t d[] = {0};
-        double ua[2] = {0.49, 0.0}, ub[2] = {0.5, 0.0};
-        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ua, out, &n) == PLD_OK);
-        CHECK(n == 1 && out[0] == 0 && out[1] == 1);
-        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ub, out, &n) == PLD_OK);
-        CHECK(n == 0 && out[0] == 1); /* drawn with draft 0 removed */
-    }
-    {   /* unnormalised rows: p = [3, 1] (sum 4), draft 0: u*4 < 3 */
-        const float p[] = {3, 1, /**/ 2, 0};
-        const int64_t d[] = {0};
-        double ua[2] = {0.74, 0.3}, ub[2] = {0.75, 0.3};
-        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ua, out, &n) == PLD_OK);
-        CHECK(n == 1 && out[0] == 0 && out[1] == 0);
-        CHECK(pld_accept_sample(p, PLD_F32, 2, 2, d, 1, ub, out, &n) == PLD_OK);
-        CHECK(n == 0 && out[0] == 1);
-    }
-    {   /* a draft id outside [0, vocab) has p = 0: always rejected */
-        const float p[] = {0, 0, 1, /**/ 1, 1, 1};
-        const int64_t dneg[] = {-1}, dbig[] = {3};
-        double uz[2] = {0.0, 0.0};
-        CHECK(pld_accept_sample(p, PLD_F32, 2, 3, dneg, 1, uz, out, &n) ==
+    {
+        const double u[] = {0.5, 0.7, 0.9};
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, u, 3, path, out, &m) ==
               PLD_OK);
-        CHECK(n == 0 && out[0] == 2);
-        CHECK(pld_accept_sample(p, PLD_F32, 2, 3, dbig, 1, uz, out, &n) ==
+        /* depth 0: u .5 -> 1 (node 0); depth 1: u .7 -> 0 (node 2); depth 2: u .9 -> 2 */
+        CHECK(m == 2 && path[0] == 0 && path[1] == 2 && out[0] == 1 && out[1] == 0 &&
+              out[2] == 2);
+    }
+    {
+        const double u[] = {0.8, 0.7, 0.0}; /* 2 at the root -> node 1; then row 2 -> 2 */
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, u, 3, path, out, &m) ==
               PLD_OK);
-        CHECK(n == 0 && out[0] == 2);
+        CHECK(m == 1 && path[0] == 1 && out[0] == 2 && out[1] == 2);
     }
-    {   /* f16 and bf16 rows */
-        uint16_t h[6];
-        const uint16_t b[] = {0x0000, 0x3F80, 0x0000, 0x0000, 0x0000, 0x4000};
-        const int64_t d[] = {1};
-        double uu[2] = {0.9, 0.9};
-        h[0] = f16_bits(0); h[1] = f16_bits(2); h[2] = f16_bits(0);
-        h[3] = f16_bits(0.5); h[4] = f16_bits(0); h[5] = f16_bits(0);
-        CHECK(pld_accept_sample(h, PLD_F16, 2, 3, d, 1, uu, out, &n) == PLD_OK);
-        CHECK(n == 1 && out[0] == 1 && out[1] == 0);
-        CHECK(pld_accept_sample(b, PLD_BF16, 2, 3, d, 1, uu, out, &n) == PLD_OK);
-        CHECK(n == 1 && out[0] == 1 && out[1] == 2);
-    }
-    {   /* k = 0: a plain draw from row 0 */
-        const float p[] = {0, 0, 3};
-        double uz[1] = {0.7};
-        CHECK(pld_accept_sample(p, PLD_F32, 1, 3, NULL, 0, uz, out, &n) ==
+    {
+        const double u[] = {0.1, 0.0, 0.0}; /* 0 at the root: no such child */
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, u, 3, path, out, &m) ==
               PLD_OK);
-        CHECK(n == 0 && out[0] == 2);
+        CHECK(m == 0 && out[0] == 0);
     }
-    {   /* errors */
-        const float bad_nan[] = {1, NAN, 1, 1};
-        const float bad_neg[] = {1, -1, 1, 1};
-        const float bad_inf[] = {INFINITY, 0, 1, 1};
-        const float zero[] = {0, 0, 1, 1};
-        const float ok[] = {1, 1, 1, 1};
-        const int64_t d[] = {0};
-        double uu[2] = {0.1, 0.1};
-        CHECK(pld_accept_sample(bad_nan, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+    {
+        const double u[] = {0.5, 0.76, 0.0}; /* node 0's row at .76: 2 (not a child) */
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, u, 3, path, out, &m) ==
+              PLD_OK);
+        CHECK(m == 1 && path[0] == 0 && out[1] == 2);
+    }
+    {   /* f16 and bf16 rows give the same draws as their float values */
+        const float q[] = {0, 2, 0, /**/ 0.5, 0, 0};
+        uint16_t h[6], b[6];
+        const int64_t cn[] = {1}, cp[] = {-1};
+        const double u[] = {0.9, 0.9};
+        size_t i;
+        for (i = 0; i < 6; i++) {
+            uint32_t bits;
+            memcpy(&bits, &q[i], 4);
+            h[i] = f16_bits(q[i]);
+            b[i] = (uint16_t)(bits >> 16);
+        }
+        CHECK(pld_accept_tree_sample(cn, cp, 1, h, PLD_F16, 2, 3, u, 2, path, out, &m) == PLD_OK);
+        CHECK(m == 1 && out[0] == 1 && out[1] == 0);
+        CHECK(pld_accept_tree_sample(cn, cp, 1, b, PLD_BF16, 2, 3, u, 2, path, out, &m) ==
+              PLD_OK);
+        CHECK(m == 1 && out[0] == 1 && out[1] == 0);
+    }
+    {   /* the root alone: one draw from row 0 */
+        const float q[] = {0, 0, 3};
+        const double u[] = {0.7};
+        CHECK(pld_accept_tree_sample(NULL, NULL, 0, q, PLD_F32, 1, 3, u, 1, NULL, out, &m) ==
+              PLD_OK);
+        CHECK(m == 0 && out[0] == 2);
+    }
+    {   /* values: only visited rows are read */
+        const float q[] = {1, 0, /**/ NAN, 1, /**/ 1, 1};
+        const float neg[] = {1, -1, /**/ 1, 1}, inf[] = {INFINITY, 0, 1, 1},
+                    zero[] = {0, 0, 1, 1};
+        const int64_t cn[] = {0, 1}, cp[] = {-1, -1}, one[] = {-1};
+        const double u[] = {0.5, 0.5};
+        CHECK(pld_accept_tree_sample(cn, cp, 2, q, PLD_F32, 3, 2, u, 2, path, out, &m) ==
+              PLD_ERR_VALUE); /* 0 at the root -> node 0, whose row has a NaN */
+        CHECK(pld_accept_tree_sample(cn + 1, one, 1, q, PLD_F32, 3, 2, u, 2, path, out, &m) ==
+              PLD_OK); /* 0 at the root: no child; the NaN row is never read */
+        CHECK(m == 0 && out[0] == 0);
+        CHECK(pld_accept_tree_sample(cn, one, 1, neg, PLD_F32, 2, 2, u, 2, path, out, &m) ==
               PLD_ERR_VALUE);
-        CHECK(pld_accept_sample(bad_neg, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+        CHECK(pld_accept_tree_sample(cn, one, 1, inf, PLD_F32, 2, 2, u, 2, path, out, &m) ==
               PLD_ERR_VALUE);
-        CHECK(pld_accept_sample(bad_inf, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
+        CHECK(pld_accept_tree_sample(cn, one, 1, zero, PLD_F32, 2, 2, u, 2, path, out, &m) ==
               PLD_ERR_VALUE);
-        CHECK(pld_accept_sample(zero, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
-              PLD_ERR_VALUE);
-        CHECK(pld_accept_sample(ok, PLD_F32, 1, 2, d, 1, uu, out, &n) ==
-              PLD_ERR_ARG); /* rows < k + 1 */
-        CHECK(pld_accept_sample(ok, PLD_F32, 2, 0, d, 1, uu, out, &n) ==
+    }
+    {   /* arguments */
+        const double u[] = {0.5, 0.5, 0.5};
+        const int64_t bad[] = {-1, 1, 0};
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, u, 2, path, out, &m) ==
+              PLD_ERR_ARG); /* depth 2 needs 3 uniforms */
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 3, 3, u, 3, path, out, &m) ==
+              PLD_ERR_ARG); /* rows < n + 1 */
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 0, u, 3, path, out, &m) ==
               PLD_ERR_ARG);
-        CHECK(pld_accept_sample(ok, (pld_float_type)3, 2, 2, d, 1, uu, out,
-                                &n) == PLD_ERR_ARG);
-        CHECK(pld_accept_sample(ok, PLD_F32, 2, 2, d, 1, uu, out, &n) ==
-              PLD_OK);
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, (pld_float_type)3, 4, 3, u, 3, path,
+                                     out, &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_sample(nodes, bad, 3, p, PLD_F32, 4, 3, u, 3, path, out, &m) ==
+              PLD_ERR_ARG);
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, NULL, PLD_F32, 4, 3, u, 3, path, out,
+                                     &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, NULL, 3, path, out,
+                                     &m) == PLD_ERR_ARG);
+        CHECK(pld_accept_tree_sample(nodes, parents, 3, p, PLD_F32, 4, 3, u, 3, path, out,
+                                     &m) == PLD_OK);
     }
 }
 
-/* The output distribution must be the model's: P(out[0] = y) = p0(y), and
- * given acceptance, P(out[1] = y) = p1(y). */
-static void test_accept_sample_distribution(void)
+/* A random tree of n nodes over tokens [0, vocab): parents in [-1, i),
+ * often a chain, siblings with equal tokens included. */
+static void random_tree(size_t n, size_t vocab, int64_t *nodes, int64_t *parents)
 {
-    const float p[] = {0.1f, 0.2f, 0.3f, 0.4f, /**/ 0.5f, 0.0f, 0.25f, 0.25f};
-    const int64_t drafts[] = {2, 3, 0};
-    size_t di;
-    pld_rng rng;
-    pld_rng_seed(&rng, 12345);
-    for (di = 0; di < 3; di++) {
+    const int chain = t_below(3) == 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        parents[i] = chain ? (int64_t)i - 1 : (int64_t)t_below(i + 1) - 1;
+        nodes[i] = (int64_t)t_below(vocab);
+    }
+}
+
+static double t_uniform(void) { return (double)(t_next() >> 11) * 0x1.0p-53; }
+
+/* Random trees against the naive walks, in all three float types; the
+ * rows the walk must not visit hold NaN, which it would report. */
+static void test_tree_random(void)
+{
+    int iter;
+    for (iter = 0; iter < 20000; iter++) {
+        enum { MAXN = 12 };
+        const size_t n = t_below(MAXN + 1), vocab = 1 + t_below(4);
+        const pld_float_type ft = (pld_float_type)(iter % 3);
+        int64_t nodes[MAXN], parents[MAXN], choices[MAXN + 1], out[MAXN + 1], want[MAXN + 1];
+        size_t path[MAXN], wpath[MAXN], m = 99, wm, i, j, visited[MAXN + 1];
+        double u[MAXN + 1];
+        unsigned char probs[(MAXN + 1) * 4 * 4];
+        long depth, rm;
+        random_tree(n, vocab, nodes, parents);
+        depth = ref_tree_depth(parents, n);
+        for (i = 0; i <= n; i++)
+            choices[i] = (int64_t)t_below(vocab);
+        wm = ref_tree_greedy(nodes, parents, n, choices, wpath, want);
+        CHECK(pld_accept_tree_greedy(nodes, parents, n, choices, path, out, &m) == PLD_OK);
+        CHECKF(m == wm && !memcmp(path, wpath, m * sizeof *path) &&
+               !memcmp(out, want, (m + 1) * sizeof *out), "greedy n=%zu m=%zu want %zu", n, m, wm);
+        /* sampling: small integer weights, zeros common */
+        for (i = 0; i < (n + 1) * vocab; i++) {
+            const unsigned w = (unsigned)t_below(4);
+            if (ft == PLD_F32) {
+                const float f = (float)w;
+                memcpy(probs + 4 * i, &f, 4);
+            } else {
+                const uint16_t h = (uint16_t)(w == 0 ? 0 : (ft == PLD_F16 ? 0x3C00 : 0x3F80) +
+                                                           (w - 1) * (ft == PLD_F16 ? 0x400 : 0x80));
+                memcpy(probs + 2 * i, &h, 2);
+            }
+        }
+        for (i = 0; i <= n; i++) { /* no row without mass */
+            for (j = 0; j < vocab && !(ref_elem(probs, ft, i * vocab + j) > 0); j++)
+                ;
+            if (j == vocab) {
+                const float f = 1;
+                const uint16_t h = ft == PLD_F16 ? 0x3C00 : 0x3F80;
+                if (ft == PLD_F32)
+                    memcpy(probs + 4 * (i * vocab), &f, 4);
+                else
+                    memcpy(probs + 2 * (i * vocab), &h, 2);
+            }
+        }
+        for (i = 0; i <= (size_t)depth; i++)
+            u[i] = t_uniform();
+        rm = ref_tree_sample(nodes, parents, n, probs, ft, vocab, u, wpath, want);
+        CHECK(rm >= 0);
+        /* poison every row the walk does not visit */
+        visited[0] = 0;
+        for (i = 0; i < (size_t)rm; i++)
+            visited[i + 1] = wpath[i] + 1;
+        for (i = 0; i <= n; i++) {
+            int seen = 0;
+            for (j = 0; j <= (size_t)rm; j++)
+                seen |= visited[j] == i;
+            for (j = 0; j < vocab && !seen; j++) {
+                const float f = NAN;
+                const uint16_t h = ft == PLD_F16 ? 0x7E00 : 0x7FC0;
+                if (ft == PLD_F32)
+                    memcpy(probs + 4 * (i * vocab + j), &f, 4);
+                else
+                    memcpy(probs + 2 * (i * vocab + j), &h, 2);
+            }
+        }
+        m = 99;
+        CHECK(pld_accept_tree_sample(nodes, parents, n, probs, ft, n + 1, vocab, u,
+                                     (size_t)depth + 1, path, out, &m) == PLD_OK);
+        CHECKF(m == (size_t)rm && !memcmp(path, wpath, m * sizeof *path) &&
+               !memcmp(out, want, (m + 1) * sizeof *out), "sample ft=%d n=%zu m=%zu want %ld",
+               (int)ft, n, m, rm);
+        if (depth >= 0)
+            CHECK(pld_accept_tree_sample(nodes, parents, n, probs, ft, n + 1, vocab, u,
+                                         (size_t)depth, path, out, &m) == PLD_ERR_ARG);
+    }
+}
+
+/* The law of the first two tokens is the model's, through a chain and
+ * through a tree: P(t1 = a) = p0(a), and P(t1 = a, t2 = b) = p0(a) q_a(b)
+ * where q_a is the row of the (first) child of the root with token a. */
+static void test_tree_sample_distribution(void)
+{
+    /* tree: root -> 0:2, 1:1, 2:2 (a duplicate of 0, never reached); 0 -> 3:0.
+     * chain: root -> 0:2 -> 1:0 (rows 0, 1 and 4 of p). */
+    static const int64_t tree_n[] = {2, 1, 2, 0}, tree_p[] = {-1, -1, -1, 0};
+    static const int64_t chain_n[] = {2, 0}, chain_p[] = {-1, 0};
+    static const float p[] = {0.1f, 0.3f, 0.6f, /* root */
+                              0.5f, 0.25f, 0.25f, /* node 0 (after 2) */
+                              0.2f, 0.2f, 0.6f, /* node 1 (after 1) */
+                              1.0f, 0.0f, 0.0f, /* node 2: never visited */
+                              0.3f, 0.3f, 0.4f}; /* node 3 */
+    float chain_rows[9];
+    int tree;
+    memcpy(chain_rows, p, 6 * sizeof(float));
+    memcpy(chain_rows + 6, p + 12, 3 * sizeof(float));
+    for (tree = 0; tree < 2; tree++) {
         enum { T = 200000 };
-        long c0[4] = {0}, c1[4] = {0}, acc = 0;
-        size_t t, y;
+        const int64_t *nodes = tree ? tree_n : chain_n, *parents = tree ? tree_p : chain_p;
+        const size_t n = tree ? 4 : 2;
+        const float *rows = tree ? p : chain_rows;
+        long first[3] = {0}, joint[3][3] = {{0}};
+        size_t t, a, b;
         double worst = 0;
         for (t = 0; t < T; t++) {
-            double u[2];
-            int64_t out[2];
-            size_t n;
-            u[0] = pld_rng_uniform(&rng);
-            u[1] = pld_rng_uniform(&rng);
-            if (pld_accept_sample(p, PLD_F32, 2, 4, &drafts[di], 1, u, out,
-                                  &n) != PLD_OK ||
-                out[0] < 0 || out[0] > 3 || (n == 1 && (out[1] < 0 || out[1] > 3))) {
+            double u[3];
+            int64_t out[5];
+            size_t path[4], m;
+            u[0] = t_uniform();
+            u[1] = t_uniform();
+            u[2] = t_uniform();
+            if (pld_accept_tree_sample(nodes, parents, n, rows, PLD_F32, n + 1, 3, u, 3, path, out,
+                                       &m) != PLD_OK) {
                 worst = 1;
                 break;
             }
-            c0[out[0]]++;
-            if (n == 1) {
-                acc++;
-                c1[out[1]]++;
-            }
+            first[out[0]]++;
+            if (m >= 1)
+                joint[out[0]][out[1]]++;
         }
-        for (y = 0; y < 4; y++) {
-            double e0 = fabs((double)c0[y] / T - p[y]);
-            double e1 = acc ? fabs((double)c1[y] / acc - p[4 + y]) : 1;
-            if (e0 > worst)
-                worst = e0;
-            if (e1 > worst)
-                worst = e1;
+        for (a = 0; a < 3; a++) {
+            const float *q = a == 2 ? p + 3 : (a == 1 && tree) ? p + 6 : NULL;
+            worst = fmax(worst, fabs((double)first[a] / T - p[a]));
+            for (b = 0; b < 3; b++)
+                worst = fmax(worst, fabs((double)joint[a][b] / T - (q ? (double)p[a] * q[b] : 0)));
         }
-        CHECKF(worst < 0.01, "draft %lld: max deviation %.4f",
-               (long long)drafts[di], worst);
-        CHECKF(fabs((double)acc / T - p[drafts[di]]) < 0.01,
-               "acceptance rate %.4f", (double)acc / T);
+        CHECKF(worst < 0.005, "%s: max deviation %.4f", tree ? "tree" : "chain", worst);
     }
-}
-
-/* ------------------------------------------------------------------ rng */
-
-static uint64_t ref_rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static void test_rng(void)
-{
-    pld_rng a, b, c;
-    uint64_t s[4], sm = 42;
-    size_t i, same_ab = 0, same_ac = 0, in_range = 0, ref_ok = 0;
-    double sum = 0;
-    pld_rng_seed(&a, 42);
-    pld_rng_seed(&b, 42);
-    pld_rng_seed(&c, 43);
-    /* reference: splitmix64 seeding, xoshiro256**, top 53 bits */
-    for (i = 0; i < 4; i++) {
-        uint64_t z = (sm += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        s[i] = z ^ (z >> 31);
-    }
-    for (i = 0; i < 10000; i++) {
-        double x = pld_rng_uniform(&a), y = pld_rng_uniform(&b),
-               z = pld_rng_uniform(&c), want;
-        uint64_t r = ref_rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = ref_rotl(s[3], 45);
-        want = (double)(r >> 11) * 0x1.0p-53;
-        ref_ok += x == want;
-        same_ab += x == y;
-        same_ac += x == z;
-        in_range += x >= 0 && x < 1;
-        sum += x;
-    }
-    CHECK(same_ab == 10000);
-    CHECK(same_ac < 10);
-    CHECK(in_range == 10000);
-    CHECK(fabs(sum / 10000 - 0.5) < 0.02);
-    CHECKF(ref_ok == 10000, "%zu/10000 equal the splitmix64+xoshiro256** "
-           "reference", ref_ok);
-    pld_rng_seed(&a, 0); /* seed 0 must not give the all-zero state */
-    sum = 0;
-    for (i = 0; i < 100; i++)
-        sum += pld_rng_uniform(&a);
-    CHECK(sum > 1);
 }
 
 int main(void)
@@ -1306,12 +1311,11 @@ int main(void)
     test_index_tag_collision();
     test_index_keys_random();
     test_index_key_tags();
-    test_accept_ids();
-    test_accept_logits_hand();
-    test_accept_logits_random();
-    test_accept_sample_hand();
-    test_accept_sample_distribution();
-    test_rng();
+    test_tree_depths();
+    test_tree_greedy_hand();
+    test_tree_sample_hand();
+    test_tree_random();
+    test_tree_sample_distribution();
     printf("test_core: %ld passed, %ld failed\n", g_passed, g_failed);
     return g_failed ? 1 : 0;
 }
