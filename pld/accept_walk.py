@@ -1,16 +1,33 @@
 """Acceptance of one row's verified tree: walk from the root along the
-model's own choices.
+model's own choices, in C (pld.accept_greedy, pld.accept_sample).
 
 At each verified position the model's token is chosen as plain decoding
 would choose it there -- the argmax, or a draw from the processed
-distribution, the processors seeing the sequence and then the path so far
--- and while that token is a verified child of the current node the walk
-descends. A chain (a linear draft) is a tree with one branch; no draft is
-the root alone. Greedy thus appends plain greedy's tokens. Sampling draws
-every appended token from the model's processed distribution given the
-accepted prefix, one uniform from torch's generator a token (whatever the
-tree, so a seed repeats a run): exact speculative sampling of a
-deterministic draft.
+distribution -- and while that token is a child of the current node the
+walk descends (the first such child). A chain (a linear draft) is a tree
+with one branch; no draft is the root alone. Greedy thus appends plain
+greedy's tokens, and draws nothing from any generator.
+
+Sampling takes 1 + depth uniforms from torch's default generator a row and
+step (depth: the deepest chosen node's, 0 for no draft), and the token at a
+position of depth d is the inverse-CDF draw from its distribution with the
+d-th: one uniform a token along any path, so every appended token is an
+independent draw from the model's processed distribution given the accepted
+prefix -- exact speculative sampling of a deterministic draft. Then the
+generator is set back and advanced by one uniform a token the walk drew
+(:class:`Uniforms`), so the uniforms a row did not reach are drawn again
+for its next tokens: torch's CPU generator gives the same numbers in one
+call or in several, so the j-th token a row draws takes the j-th uniform
+after the seed, whatever depth was verified -- and the width budget, which
+picks that depth from measured times, cannot change a seeded run.
+
+Where the processors act on each row as a whole (pld.batch_inputs.
+ROW_WISE_PROCESSORS, or none), a row's positions are processed in one call
+and the walk runs in C (:func:`from_scores`; off the CPU the draws are made
+on the device and C walks along them). Where a processor must see the path
+so far, Python walks (:class:`Picker`, pld.token_tree.walk), writing each
+chosen token after the row's sequence before the next position is
+processed.
 """
 from __future__ import annotations
 
@@ -29,7 +46,8 @@ class Walk:
     """A row's accepted ``path`` (offsets in the chosen nodes), its
     ``tokens`` (the path's and the model's next one), and for each token
     the logits position it was read at (0: the root, 1 + i: chosen[i])
-    and, where processors ran, its processed scores [1, V]."""
+    and, where processors ran or scores are kept, its processed scores
+    [1, V]."""
 
     path: List[int]
     tokens: List[int]
@@ -37,77 +55,134 @@ class Walk:
     processed: List[torch.Tensor] = field(default_factory=list)
 
 
+def positions(path: Sequence[int]) -> List[int]:
+    """The logits positions a walk along ``path`` read: the root's, then each node's."""
+    return [0] + [1 + p for p in path]
+
+
+def greedy(nodes: Sequence[int], parents: Sequence[int], choices: Sequence[int]) -> Walk:
+    """The walk along ``choices`` (the argmax at the 1 + len(nodes) positions), in C."""
+    path, tokens = _core.accept_greedy(nodes, choices, parents)
+    return Walk(path, tokens, positions(path))
+
+
+class Uniforms:
+    """A row's uniforms for a step: ``u``, 1 + its deepest node's depth
+    (``depths``: its chosen nodes'), float64, from torch's default
+    generator; :meth:`spend` then leaves the generator as if only the
+    uniforms of the tokens drawn had been taken."""
+
+    def __init__(self, depths: Sequence[int]) -> None:
+        self.state = torch.random.get_rng_state()
+        self.u = torch.rand(1 + max(depths, default=0), dtype=torch.float64)
+
+    def spend(self, drawn: int) -> None:
+        """Back to the state before :attr:`u`, then ``drawn`` uniforms on."""
+        torch.random.set_rng_state(self.state)
+        torch.rand(drawn, dtype=torch.float64)
+
+
+def process(scores: torch.Tensor, processors: Sequence[Any], row: Any, seen: int) -> torch.Tensor:
+    """The processors on ``scores`` ([n, V]) of positions whose prefix is
+    ``row``'s sequence and the first ``seen`` path tokens (row-wise
+    processors never read it, so any n)."""
+    if not processors:
+        return scores
+    scores = scores.clone()  # a processor may write in place: the logits stay as they are
+    ids = row.ids(seen)
+    if scores.shape[0] > 1:
+        ids = ids.expand(scores.shape[0], -1)
+    r = row.batch_index
+    for p in processors:
+        scores = p(ids, scores, r) if isinstance(p, RowOfBatch) else p(ids, scores)
+    return scores
+
+
+def from_scores(scores: torch.Tensor, nodes: Sequence[int], parents: Sequence[int], depths: Sequence[int],
+                u: Optional[Uniforms], keep_scores: bool) -> Walk:
+    """The walk over a row's processed ``scores`` ([1 + len(nodes), V]):
+    argmax (``u`` None) or draws with ``u`` (see the module), in C."""
+    if u is None:
+        path, tokens = _core.accept_greedy(nodes, scores.argmax(dim=-1).tolist(), parents)
+    else:
+        probs = torch.softmax(scores, dim=-1)
+        if probs.device.type == "cpu":
+            path, tokens = _core.accept_sample(nodes, probs.numpy(), u.u.tolist(), parents)
+        else:
+            path, tokens = _core.accept_greedy(nodes, draws(probs, u.u, [0] + list(depths)), parents)
+            _check_drawn(tokens[-1])
+        u.spend(len(tokens))
+    walked = Walk(path, tokens, positions(path))
+    if keep_scores:
+        walked.processed = [scores[p:p + 1] for p in walked.positions]
+    return walked
+
+
+def draws(probs: torch.Tensor, u: torch.Tensor, depths: Sequence[int]) -> List[int]:
+    """The inverse-CDF draw at each row of ``probs`` ([n, V], any device),
+    row p with u[depths[p]]: the least v whose cumulative mass exceeds u
+    times the row's (as the C core draws); -1 for a row that is not a
+    distribution (NaN, infinite or no mass)."""
+    cdf = probs.double().cumsum(dim=-1)
+    total = cdf[:, -1:]
+    target = u.to(probs.device)[torch.tensor(list(depths), device=probs.device)][:, None] * total
+    chosen = torch.searchsorted(cdf, target, right=True).clamp_(max=probs.shape[-1] - 1)[:, 0]
+    ok = torch.isfinite(total[:, 0]) & (total[:, 0] > 0) & (probs >= 0).all(dim=-1)
+    return torch.where(ok, chosen, torch.full_like(chosen, -1)).tolist()
+
+
+def _check_drawn(token: int) -> None:
+    if token < 0:
+        raise ValueError("probs: every row must be finite and non-negative with positive mass")
+
+
+def draw(scores: torch.Tensor, u: float) -> int:
+    """One token from softmax(scores) ([1, V]) with the uniform ``u``, by
+    inverse CDF (in C on the CPU)."""
+    probs = torch.softmax(scores, dim=-1)
+    if probs.device.type == "cpu":
+        return _core.accept_sample([], probs.numpy(), [u])[1][0]
+    token = draws(probs, torch.tensor([u], dtype=torch.float64), [0])[0]
+    _check_drawn(token)
+    return token
+
+
 class Picker:
-    """The model's token at each verified position of one row.
+    """The model's token at each verified position of one row, one position
+    at a time, for processors that must see the path so far.
 
-    ``logits`` [1 + W, V] (row 0 the root's); ``top``: their argmax, when
-    nothing needs the scores (greedy without processors); ``processors``
-    (row-wise or not: ``row_wise``) see ``row``'s sequence and the path so
-    far (written after it: pld.row_state.Row); ``keep_scores``: keep each
-    processed row; ``sample``: draw instead of argmax."""
+    ``logits`` [1 + W, V] (row 0 the root's); ``processors`` see ``row``'s
+    sequence and the path so far (written after it: pld.row_state.Row);
+    ``u``: the row's uniforms (None: argmax), the token at depth d drawn
+    with u.u[d]; ``keep_scores``: keep each processed row."""
 
-    def __init__(self, logits: torch.Tensor, top: Optional[List[int]], processors: Sequence[Any],
-                 row_wise: bool, row: Any, sample: bool, keep_scores: bool) -> None:
-        self.logits, self.top, self.processors = logits, top, processors
-        self.row, self.sample, self.keep_scores = row, sample, keep_scores
+    def __init__(self, logits: torch.Tensor, processors: Sequence[Any], row: Any, u: Optional[Uniforms],
+                 keep_scores: bool) -> None:
+        self.logits, self.processors, self.row, self.keep_scores = logits, processors, row, keep_scores
+        self.uniforms = u
+        self.u = None if u is None else u.u.tolist()
         self.walked = Walk([], [], [])
-        self._all = None
-        self._write = bool(processors) and not row_wise  # they read the path's tokens
-        if top is None and row_wise and processors:  # every row in one call
-            self._all = self._process(logits.float(), 0)
 
     def __call__(self, position: int) -> int:
         w = self.walked
-        if self.top is not None:
-            token = self.top[position]
-        else:
-            scores = self._scores(position)
-            if self.keep_scores:
-                w.processed.append(scores)
-            token = draw(scores) if self.sample else int(scores.argmax(dim=-1))
-        if self._write:
-            self.row.buf.write(self.row.cur + len(w.tokens), [token])
+        depth = len(w.tokens)  # a walk reads one position a depth
+        scores = process(self.logits[position:position + 1].float(), self.processors, self.row, depth)
+        if self.keep_scores:
+            w.processed.append(scores)
+        token = int(scores.argmax(dim=-1)) if self.u is None else draw(scores, self.u[depth])
+        self.row.buf.write(self.row.cur + depth, [token])
         w.positions.append(position)
         w.tokens.append(token)
         return token
 
-    def _scores(self, position: int) -> torch.Tensor:
-        if self._all is not None:
-            return self._all[position:position + 1]
-        row = self.logits[position:position + 1].float()
-        return self._process(row, len(self.walked.tokens))
-
-    def _process(self, scores: torch.Tensor, seen: int) -> torch.Tensor:
-        """The processors on ``scores`` ([n, V]) of positions whose prefix
-        is the sequence and the first ``seen`` path tokens (row-wise
-        processors never read it, so any n)."""
-        if not self.processors:
-            return scores
-        scores = scores.clone()  # a processor may write in place: the logits stay as they are
-        ids = self.row.ids(seen)
-        if scores.shape[0] > 1:
-            ids = ids.expand(scores.shape[0], -1)
-        r = self.row.batch_index
-        for p in self.processors:
-            scores = p(ids, scores, r) if isinstance(p, RowOfBatch) else p(ids, scores)
-        return scores
-
-
-def draw(scores: torch.Tensor) -> int:
-    """One token from softmax(scores) ([1, V]), with torch's generator:
-    one uniform, by inverse CDF in C on the CPU."""
-    probs = torch.softmax(scores, dim=-1)
-    if probs.device.type == "cpu":
-        u = torch.rand(1, dtype=torch.float64).tolist()
-        return _core.accept_sample([], probs.numpy(), u)[1][0]
-    return int(torch.multinomial(probs, 1))
-
 
 def walk_row(tree: Any, chosen: Sequence[int], picker: Picker) -> Walk:
-    """The row's walk: from the root along the picker's tokens."""
+    """The row's walk in Python: from the root along the picker's tokens."""
     if chosen:
         path, _ = walk(tree, chosen, picker)
         picker.walked.path = path
     else:
         picker(0)
+    if picker.uniforms is not None:
+        picker.uniforms.spend(len(picker.walked.tokens))
     return picker.walked

@@ -14,7 +14,8 @@ root alone)::
              pending ones, its ancestors and itself (a 2D mask where that
              is plain causal attention, else a 4D mask)
     accept   each row walks its tree from the root along the model's own
-             choices, argmax or exact sampling (pld.accept_walk)
+             choices, argmax or exact sampling, in C (pld.accept_walk;
+             in Python only where a logits processor must see the path)
     commit   each row appends its tokens (cut at eos, its budget or a
              stopping criterion), keeps its pending token and accepted
              path in the cache (one row: gathered to the front, so the
@@ -35,7 +36,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import drafts, forward_cost
+from . import accept_walk, drafts, forward_cost
 from .accept_walk import Picker, Walk, walk_row
 from .batch_inputs import ROW_WISE_PROCESSORS, check_left_padded, in_batch, pad_id, padded_sequences
 from .config import MAX_INDEX_TOKENS, MAX_TREE_WIDTH, DecodeConfig, check_size
@@ -165,13 +166,27 @@ class Decoder:
         config = self.config
         fast = not (self.processors or config.do_sample or config.output_scores)
         top = logits.argmax(dim=-1).tolist() if fast else None  # one copy to the host
-        walks = []
-        for i, (row, plan) in enumerate(zip(self.rows, plans)):
-            picker = Picker(logits[i], top[i] if fast else None, self.processors, self.row_wise, row,
-                            config.do_sample, config.output_scores)
-            walks.append(walk_row(plan.tree, plan.chosen, picker))
+        walks = [self._accept_row(row, plan, logits[i], top[i] if fast else None)
+                 for i, (row, plan) in enumerate(zip(self.rows, plans))]
         self.stats.forward_seconds += time.perf_counter() - self._t_forward
         return walks
+
+    def _accept_row(self, row: Row, plan: Plan, logits: torch.Tensor, top: Optional[List[int]]) -> Walk:
+        """One row's walk, in C along ``top`` (the argmax at each position:
+        greedy without processors or scores) or along its processed scores,
+        all positions in one call where the processors act on each row as a
+        whole; in Python where a processor must see the path so far."""
+        nodes = [plan.tree.tokens[j] for j in plan.chosen] if plan.chosen else []
+        parents = local_parents(plan.tree, plan.chosen) if plan.chosen else []
+        if top is not None:
+            return accept_walk.greedy(nodes, parents, top[:1 + len(nodes)])
+        depths = [plan.tree.depths[j] for j in plan.chosen] if plan.chosen else []
+        u = accept_walk.Uniforms(depths) if self.config.do_sample else None  # greedy draws nothing
+        if not self.row_wise:
+            picker = Picker(logits, self.processors, row, u, self.config.output_scores)
+            return walk_row(plan.tree, plan.chosen, picker)
+        scores = accept_walk.process(logits[:1 + len(nodes)].float(), self.processors, row, 0)
+        return accept_walk.from_scores(scores, nodes, parents, depths, u, self.config.output_scores)
 
     def commit(self, plans: List[Plan], walks: List[Walk], logits: torch.Tensor) -> None:
         """Append, keep the cache, learn, report; finished rows leave."""

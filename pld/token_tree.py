@@ -515,12 +515,14 @@ def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parent
 def walk(tree: TokenTree, chosen: Sequence[int], pick) -> Tuple[List[int], List[int]]:
     """Acceptance from the root: ``pick(row)`` is the model's token at a
     verified row (0: the root, i + 1: chosen[i]); while it is a verified
-    child of the current node, descend. Returns (path: offsets in
+    child of the current node, descend (to the first such child, as the C
+    walk does). pld.accept_walk runs it only where a logits processor must
+    see the path so far. Returns (path: offsets in
     ``chosen`` of the accepted nodes, tokens: the path's tokens and the
     model's token after it)."""
     children: Dict[Tuple[int, int], int] = {}
     for i, parent in enumerate(local_parents(tree, chosen)):
-        children[(parent, tree.tokens[chosen[i]])] = i
+        children.setdefault((parent, tree.tokens[chosen[i]]), i)  # the first such child, as in C
     path: List[int] = []
     tokens: List[int] = []
     node = -1

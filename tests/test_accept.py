@@ -360,3 +360,83 @@ def test_sampling_keeps_the_first_tokens_law_torch_dtypes(dtype):
     rng = np.random.default_rng(99)
     c = Counter(pld.accept_sample([1, 3], t, rng.random(2).tolist(), [-1, -1])[1][0] for _ in range(20000))
     assert chi2_pvalue(c, p) > ALPHA
+
+
+# ============================================================ in the loop
+@pytest.mark.torch
+@settings(max_examples=EX // 2)
+@given(case=sample_cases())
+def test_device_draws_are_the_c_draws(case):
+    """pld.accept_walk.draws (the rule the loop uses off the CPU: every
+    position's draw at once, then the C walk along them) gives C's tokens;
+    checked here on CPU tensors."""
+    torch = _torch()
+    from pld import accept_walk
+
+    tokens, parents, rows, u = case
+    depths = [0] * (1 + len(tokens))
+    for i, p in enumerate(parents):
+        depths[1 + i] = depths[1 + p] + 1 if p >= 0 else 1
+    probs = torch.tensor(rows[:1 + len(tokens)], dtype=torch.float32)
+    choices = accept_walk.draws(probs, torch.tensor(u, dtype=torch.float64), depths)
+    assert pld.accept_greedy(tokens, choices, parents) == pld.accept_sample(tokens, probs, u, parents)
+    probs[0, 0] = float("nan")
+    assert accept_walk.draws(probs, torch.tensor(u, dtype=torch.float64), depths)[0] == -1
+
+
+@pytest.mark.torch
+def test_uniforms_spend_one_a_token_drawn():
+    """A row takes 1 + depth uniforms, then the generator stands as if it
+    had drawn one a token: the next step's first uniform is the one after
+    the last token's, whatever depth was verified."""
+    torch = _torch()
+    from pld.accept_walk import Uniforms
+
+    torch.manual_seed(3)
+    stream = torch.rand(8, dtype=torch.float64).tolist()
+    for depth, drawn in [(0, 1), (3, 1), (3, 2), (3, 4), (5, 3)]:
+        torch.manual_seed(3)
+        u = Uniforms([depth])
+        assert u.u.tolist() == stream[:depth + 1]
+        u.spend(drawn)
+        assert torch.rand(1, dtype=torch.float64).item() == stream[drawn]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("tree", [False, True])
+def test_the_loop_accepts_in_c(tree, monkeypatch):
+    """Sampling with row-wise warpers walks in C (accept_sample once a row
+    and step, never the Python walk); greedy calls accept_greedy and draws
+    nothing from torch's generator; a processor that reads the path walks
+    in Python."""
+    torch = _torch()
+    import random
+
+    import models_fixtures as mf
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    from pld import _core, accept_walk
+
+    calls = Counter()
+    for name in ("accept_greedy", "accept_sample"):
+        real = getattr(_core, name)
+        monkeypatch.setattr(_core, name, lambda *a, _real=real, _name=name, **k: (calls.update([_name]),
+                                                                                   _real(*a, **k))[1])
+    picker = accept_walk.Picker.__call__
+    monkeypatch.setattr(accept_walk.Picker, "__call__",
+                        lambda self, p: (calls.update(["python"]), picker(self, p))[1])
+    model = mf.tiny_model("llama")
+    ids = mf.as_ids(mf.repeated_prompt(random.Random("loop-c")))
+    torch.manual_seed(1)
+    out = pld.generate(model, ids, max_new_tokens=16, eos_token_id=None, do_sample=True, temperature=1.3,
+                       top_k=20, draft_tree=tree, record_steps=True)
+    assert calls["accept_sample"] == out.stats.steps and calls["python"] == 0
+    calls.clear()
+    state = torch.random.get_rng_state()
+    pld.generate(model, ids, max_new_tokens=16, eos_token_id=None, draft_tree=tree)
+    assert calls["accept_greedy"] > 0 and calls["accept_sample"] == 0 and calls["python"] == 0
+    assert torch.equal(torch.random.get_rng_state(), state)
+    calls.clear()
+    pld.generate(model, ids, max_new_tokens=8, eos_token_id=None, draft_tree=tree,
+                 logits_processor=LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.3)]))
+    assert calls["python"] > 0 and calls["accept_greedy"] == 0
