@@ -7,7 +7,7 @@
  * failures; CHECKF(cond, fmt, ...) adds a printf-style context line. A
  * program reports g_passed and g_failed at the end and exits nonzero if any
  * check failed. t_next() / t_below(n) are the test's own xorshift generator
- * (independent of pld_rng); t_state may be set to reseed it.
+ * (no generator of the core); t_state may be set to reseed it.
  */
 #ifndef PLD_TESTS_CHECK_H
 #define PLD_TESTS_CHECK_H
