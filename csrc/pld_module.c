@@ -1476,53 +1476,6 @@ error:
     return result;
 }
 
-static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
-                                         Py_ssize_t nargs, PyObject *kwnames)
-{
-    static const char *const names[] = {"depth", "per_ngram", "max_nodes", "eos_token_id"};
-    PyObject *a[4], *result = NULL;
-    size_t depth = 0, per_ngram = 4, max_nodes = 64, n = 0;
-    pld_tree_node *nodes = NULL;
-    opts_holder oh;
-    pld_status st;
-    memset(&oh, 0, sizeof(oh));
-    if (index_check(self) < 0)
-        return NULL;
-    if (parse_fast_args("propose_tree", args, nargs, kwnames, names, 4, 4, a) < 0)
-        return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "propose_tree() missing required argument 'depth'");
-        return NULL;
-    }
-    /* every conversion (which may run Python code) before the index is read */
-    if (parse_size(a[0], "depth", 1, PLD_MAX_DRAFT, &depth) < 0)
-        return NULL;
-    if (a[1] && parse_size(a[1], "per_ngram", 1, PLD_TREE_MAX_PER_NGRAM, &per_ngram) < 0)
-        return NULL;
-    if (a[2] && parse_size(a[2], "max_nodes", 0, PLD_TREE_MAX_NODES, &max_nodes) < 0)
-        return NULL;
-    if (a[3] != NULL && a[3] != Py_None && copy_eos(a[3], &oh) < 0)
-        goto done;
-    if (index_check(self) < 0)
-        goto done;
-    nodes = PyMem_Malloc((max_nodes ? max_nodes : 1) * sizeof(pld_tree_node));
-    if (nodes == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    st = pld_index_propose_tree(self->index, depth, per_ngram, max_nodes, oh.opts.eos,
-                                oh.opts.n_eos, nodes, &n);
-    if (st != PLD_OK) {
-        raise_status(st, "propose_tree");
-        goto done;
-    }
-    result = tree_lists(nodes, n, self->int_cache_ok);
-done:
-    PyMem_Free(nodes);
-    opts_release(&oh);
-    return result;
-}
-
 /* The last (at most) max_n ids of a caller's sequence, copied into tail
  * (PLD_MAX_NGRAM entries): all a lookup of its suffix n-grams reads. The
  * conversion may run Python code; nothing of obj is held afterwards. */
@@ -1541,70 +1494,108 @@ static int context_tail(PyObject *obj, const char *arg, size_t max_n, int64_t *t
     return 0;
 }
 
-/* The options every propose_tree method shares, parsed from a[first..):
- * depth, per_ngram, max_nodes, eos_token_id (copied into oh). */
-static int parse_tree_opts(PyObject *const *a, const char *fname, size_t *depth,
-                           size_t *per_ngram, size_t *max_nodes, opts_holder *oh)
+/* One propose_tree call's arguments -- [context,] depth, per_ngram,
+ * max_nodes, eos_token_id -- converted into memory of our own (the context's
+ * last ids, the eos ids, room for the nodes) before the index or corpus is
+ * read: the conversions may run Python code. */
+typedef struct {
+    size_t depth, per_ngram, max_nodes, tlen;
+    int64_t tail[PLD_MAX_NGRAM];
+    opts_holder oh;
+    pld_tree_node *nodes;
+} tree_call;
+
+static void tree_call_release(tree_call *tc)
 {
-    if (a[0] == NULL) {
-        PyErr_Format(PyExc_TypeError, "%s() missing required argument 'depth'", fname);
+    PyMem_Free(tc->nodes);
+    tc->nodes = NULL;
+    opts_release(&tc->oh);
+}
+
+/* Parse a call of fname; with_context: its first argument is the context,
+ * of which the last max_n ids are kept. 0, or -1 with an exception set and
+ * nothing held. */
+static int tree_call_parse(tree_call *tc, const char *fname, PyObject *const *args,
+                           Py_ssize_t nargs, PyObject *kwnames, int with_context, size_t max_n)
+{
+    static const char *const names[] = {"context", "depth", "per_ngram", "max_nodes",
+                                        "eos_token_id"};
+    const int skip = with_context ? 0 : 1, count = 5 - skip;
+    PyObject *given[5] = {NULL, NULL, NULL, NULL, NULL}, **a = given + skip;
+    memset(tc, 0, sizeof(*tc));
+    tc->per_ngram = 4;
+    tc->max_nodes = 64;
+    if (parse_fast_args(fname, args, nargs, kwnames, names + skip, count, count, a) < 0)
+        return -1;
+    if ((with_context && given[0] == NULL) || given[1] == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fname,
+                     with_context && given[0] == NULL ? "context" : "depth");
         return -1;
     }
-    if (parse_size(a[0], "depth", 1, PLD_MAX_DRAFT, depth) < 0)
-        return -1;
-    if (a[1] && parse_size(a[1], "per_ngram", 1, PLD_TREE_MAX_PER_NGRAM, per_ngram) < 0)
-        return -1;
-    if (a[2] && parse_size(a[2], "max_nodes", 0, PLD_TREE_MAX_NODES, max_nodes) < 0)
-        return -1;
-    if (a[3] != NULL && a[3] != Py_None && copy_eos(a[3], oh) < 0)
-        return -1;
+    if (parse_size(given[1], "depth", 1, PLD_MAX_DRAFT, &tc->depth) < 0 ||
+        (given[2] && parse_size(given[2], "per_ngram", 1, PLD_TREE_MAX_PER_NGRAM,
+                                &tc->per_ngram) < 0) ||
+        (given[3] && parse_size(given[3], "max_nodes", 0, PLD_TREE_MAX_NODES,
+                                &tc->max_nodes) < 0) ||
+        (given[4] != NULL && given[4] != Py_None && copy_eos(given[4], &tc->oh) < 0) ||
+        (with_context && context_tail(given[0], "context", max_n, tc->tail, &tc->tlen) < 0))
+        goto error;
+    tc->nodes = PyMem_Malloc((tc->max_nodes ? tc->max_nodes : 1) * sizeof(pld_tree_node));
+    if (tc->nodes == NULL) {
+        PyErr_NoMemory();
+        goto error;
+    }
     return 0;
+error:
+    tree_call_release(tc);
+    return -1;
+}
+
+/* The call's result: the n nodes as lists, or the status raised; releases tc. */
+static PyObject *tree_call_result(tree_call *tc, pld_status st, size_t n, const char *fname,
+                                  int use_cache)
+{
+    PyObject *result = st == PLD_OK ? tree_lists(tc->nodes, n, use_cache) : raise_status(st, fname);
+    tree_call_release(tc);
+    return result;
+}
+
+static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames)
+{
+    tree_call tc;
+    size_t n = 0;
+    pld_status st;
+    if (index_check(self) < 0 ||
+        tree_call_parse(&tc, "propose_tree", args, nargs, kwnames, 0, 0) < 0)
+        return NULL;
+    if (index_check(self) < 0) { /* (re-initialised by a conversion) */
+        tree_call_release(&tc);
+        return NULL;
+    }
+    st = pld_index_propose_tree(self->index, tc.depth, tc.per_ngram, tc.max_nodes,
+                                tc.oh.opts.eos, tc.oh.opts.n_eos, tc.nodes, &n);
+    return tree_call_result(&tc, st, n, "propose_tree", self->int_cache_ok);
 }
 
 static PyObject *NgramIndex_propose_tree_after(NgramIndexObject *self, PyObject *const *args,
                                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    static const char *const names[] = {"context", "depth", "per_ngram", "max_nodes",
-                                        "eos_token_id"};
-    PyObject *a[5], *result = NULL;
-    size_t depth = 0, per_ngram = 4, max_nodes = 64, n = 0, tlen = 0;
-    int64_t tail[PLD_MAX_NGRAM];
-    pld_tree_node *nodes = NULL;
-    opts_holder oh;
+    tree_call tc;
+    size_t n = 0;
     pld_status st;
-    memset(&oh, 0, sizeof(oh));
-    if (index_check(self) < 0)
+    if (index_check(self) < 0 ||
+        tree_call_parse(&tc, "propose_tree_after", args, nargs, kwnames, 1,
+                        pld_index_max_n(self->index)) < 0)
         return NULL;
-    if (parse_fast_args("propose_tree_after", args, nargs, kwnames, names, 5, 5, a) < 0)
-        return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError,
-                        "propose_tree_after() missing required argument 'context'");
+    if (index_check(self) < 0) {
+        tree_call_release(&tc);
         return NULL;
     }
-    /* every conversion (which may run Python code) into memory of our own
-     * before the index is read */
-    if (parse_tree_opts(a + 1, "propose_tree_after", &depth, &per_ngram, &max_nodes, &oh) < 0 ||
-        context_tail(a[0], "context", pld_index_max_n(self->index), tail, &tlen) < 0)
-        goto done;
-    if (index_check(self) < 0)
-        goto done;
-    nodes = PyMem_Malloc((max_nodes ? max_nodes : 1) * sizeof(pld_tree_node));
-    if (nodes == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    st = pld_index_propose_tree_after(self->index, tail, tlen, depth, per_ngram, max_nodes,
-                                      oh.opts.eos, oh.opts.n_eos, nodes, &n);
-    if (st != PLD_OK) {
-        raise_status(st, "propose_tree_after");
-        goto done;
-    }
-    result = tree_lists(nodes, n, self->int_cache_ok);
-done:
-    PyMem_Free(nodes);
-    opts_release(&oh);
-    return result;
+    st = pld_index_propose_tree_after(self->index, tc.tail, tc.tlen, tc.depth, tc.per_ngram,
+                                      tc.max_nodes, tc.oh.opts.eos, tc.oh.opts.n_eos,
+                                      tc.nodes, &n);
+    return tree_call_result(&tc, st, n, "propose_tree_after", self->int_cache_ok);
 }
 
 /* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
@@ -2001,43 +1992,16 @@ static PyObject *Corpus_bind_vocab(CorpusObject *self, PyObject *const *args, Py
 static PyObject *Corpus_propose_tree(CorpusObject *self, PyObject *const *args, Py_ssize_t nargs,
                                      PyObject *kwnames)
 {
-    static const char *const names[] = {"context", "depth", "per_ngram", "max_nodes",
-                                        "eos_token_id"};
-    PyObject *a[5], *result = NULL;
-    size_t depth = 0, per_ngram = 4, max_nodes = 64, n = 0, tlen = 0;
-    int64_t tail[PLD_MAX_NGRAM];
-    pld_tree_node *nodes = NULL;
-    opts_holder oh;
+    tree_call tc;
+    size_t n = 0;
     pld_status st = PLD_OK;
-    memset(&oh, 0, sizeof(oh));
-    if (corpus_check(self) < 0)
+    if (corpus_check(self) < 0 ||
+        tree_call_parse(&tc, "propose_tree", args, nargs, kwnames, 1, self->max_n) < 0)
         return NULL;
-    if (parse_fast_args("propose_tree", args, nargs, kwnames, names, 5, 5, a) < 0)
-        return NULL;
-    if (a[0] == NULL) {
-        PyErr_SetString(PyExc_TypeError, "propose_tree() missing required argument 'context'");
-        return NULL;
-    }
-    if (parse_tree_opts(a + 1, "propose_tree", &depth, &per_ngram, &max_nodes, &oh) < 0 ||
-        context_tail(a[0], "context", self->max_n, tail, &tlen) < 0)
-        goto done;
-    nodes = PyMem_Malloc((max_nodes ? max_nodes : 1) * sizeof(pld_tree_node));
-    if (nodes == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    CORPUS_LOCKED(self, st = pld_corpus_propose_tree(self->corpus, tail, tlen, depth, per_ngram,
-                                                     max_nodes, oh.opts.eos, oh.opts.n_eos,
-                                                     nodes, &n));
-    if (st != PLD_OK) {
-        raise_status(st, "propose_tree");
-        goto done;
-    }
-    result = tree_lists(nodes, n, self->int_cache_ok);
-done:
-    PyMem_Free(nodes);
-    opts_release(&oh);
-    return result;
+    CORPUS_LOCKED(self, st = pld_corpus_propose_tree(self->corpus, tc.tail, tc.tlen, tc.depth,
+                                                     tc.per_ngram, tc.max_nodes, tc.oh.opts.eos,
+                                                     tc.oh.opts.n_eos, tc.nodes, &n));
+    return tree_call_result(&tc, st, n, "propose_tree", self->int_cache_ok);
 }
 
 static PyObject *Corpus_sequence(CorpusObject *self, PyObject *arg)
