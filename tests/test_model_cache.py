@@ -1,0 +1,110 @@
+"""pld.models keeps the dequantized embedded model as a Hugging Face folder
+(pld.models.embedded_cache_folder): a later load reads the folder, with the
+same weights, tokenizer and generation config; a broken or unwritable cache
+costs only time and a warning, never the model."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
+
+TEXTS = ["Summarize: the quick brown fox jumps over 12 lazy dogs.",
+         "def f(x):\n\treturn x ** 2  # über, 東京, emoji \U0001F600"]
+
+
+@pytest.fixture(scope="module")
+def loads(tmp_path_factory, one_thread):  # noqa: F811
+    """(first load, which reads the GGUF and writes the cache; second load;
+    the sources transformers was asked to read, in order)."""
+    import transformers
+
+    from pld import models
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("PLD_CACHE", str(tmp_path_factory.mktemp("cache")))
+    mp.delenv("PLD_MODEL_CACHE", raising=False)
+    sources = []
+    real = transformers.AutoModelForCausalLM.from_pretrained
+
+    def spy(source, *args, **kwargs):
+        sources.append((str(source), kwargs.get("gguf_file")))
+        return real(source, *args, **kwargs)
+
+    mp.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    try:
+        first = models.load()
+        second = models.load()
+        yield first, second, list(sources), models.embedded_cache_folder("float32")
+    finally:
+        mp.undo()
+
+
+def _same_model(a, b):
+    import torch
+
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for name in sa:
+        assert sa[name].dtype == sb[name].dtype and torch.equal(sa[name], sb[name]), name
+    assert a.generation_config.to_dict() == b.generation_config.to_dict()
+
+
+def _same_tokenizer(a, b):
+    from pld import models
+
+    for text in TEXTS:
+        assert a(text)["input_ids"] == b(text)["input_ids"]
+        messages = [{"role": "user", "content": text}]
+        assert models.chat_template_ids(a, messages).tolist() == models.chat_template_ids(b, messages).tolist()
+    for name in ("eos_token", "eos_token_id", "pad_token_id", "bos_token_id"):
+        assert getattr(a, name) == getattr(b, name), name
+
+
+def test_the_second_load_reads_the_cached_folder_and_gets_the_same_model(loads):
+    (m1, t1), (m2, t2), sources, folder = loads
+    assert sources[0][1] is not None  # the GGUF first
+    assert sources[1] == (str(folder), None)  # then the folder, no GGUF
+    assert (folder / "model.safetensors").is_file() and not m2.training
+    _same_model(m1, m2)
+    _same_tokenizer(t1, t2)
+    assert t2.eos_token == "<|im_end|>"
+
+
+def test_the_key_changes_with_the_dtype_and_the_cache_can_be_turned_off(loads, monkeypatch):
+    from pld import models
+
+    folder = loads[3]
+    assert models.embedded_cache_folder("bfloat16") not in (None, folder)
+    monkeypatch.setenv("PLD_MODEL_CACHE", "0")
+    assert models.embedded_cache_folder("float32") is None
+
+
+def test_a_broken_cache_is_read_again_from_the_gguf_and_mended(loads, caplog, monkeypatch):
+    from pld import models
+
+    (m1, t1), _, _, folder = loads
+    monkeypatch.setenv("PLD_CACHE", str(folder.parent))
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        m3, t3 = models.load()
+    assert "does not load" in caplog.text
+    _same_model(m1, m3)
+    _same_tokenizer(t1, t3)
+    m4, _ = models.load()  # the mended folder
+    _same_model(m1, m4)
+
+
+def test_a_cache_that_cannot_be_written_keeps_the_model(loads, tmp_path, caplog):
+    from pld import models
+
+    (m1, t1), _, _, _ = loads
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        kept = models._keep(m1, t1, blocker / "embedded")
+    assert "could not cache" in caplog.text and not blocker.with_name("embedded").exists()
+    _same_model(m1, kept)
