@@ -6,6 +6,8 @@
   ``@pytest.mark.torch``.
 * PLD_DEBUG_CACHE=1 (unless set otherwise): pld.loop checks the KV cache
   after every step.
+* Under pytest-xdist, OMP_NUM_THREADS=1 (unless set otherwise): one torch
+  thread a worker.
 * Hypothesis profiles: ``ci`` (default, 200 examples) and ``thorough``
   (2000 examples), chosen by the environment variable HYPOTHESIS_PROFILE.
 """
@@ -21,6 +23,12 @@ import sys
 # it counts as cached (pld.loop.DEBUG_CHECKS, read when pld.loop is imported;
 # child processes inherit it). PLD_DEBUG_CACHE=0 in the environment keeps it off.
 os.environ.setdefault("PLD_DEBUG_CACHE", "1")
+
+# Under pytest-xdist (`-n auto`: a worker a core) each worker, and the
+# benchmarks and notebooks it starts, runs torch on one thread: the workers
+# already fill the cores, and more threads would only hand work back and forth.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 # A clone tested after a plain (not editable) `pip install .`: its pld/ has
 # no built extension, yet `python -m pytest` -- and the `python -m ...`

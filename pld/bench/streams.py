@@ -143,7 +143,7 @@ def _cached(path: Path, min_tokens: int) -> Optional[np.ndarray]:
 
 
 def _save(path: Path, arr: np.ndarray, meta: dict) -> None:
-    tmp = path.with_suffix(".tmp.npy")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")  # (two processes may write at once)
     np.save(tmp, arr)
     os.replace(tmp, path)
     path.with_suffix(".json").write_text(json.dumps(meta, indent=2))
