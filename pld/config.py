@@ -15,6 +15,8 @@ import operator
 from dataclasses import dataclass
 from typing import Any, Optional, Tuple
 
+from . import _renamed
+
 # The C core's limits (csrc/pld_module.c PLD_MAX_DRAFT, csrc/pld.h
 # PLD_INDEX_MAX_TOKENS, PLD_MAX_NGRAM): checked here first, with the
 # caller's names.
@@ -135,9 +137,14 @@ class DecodeConfig:
 
     Budget and draft:
       max_new_tokens   new tokens at most (>= 1; prompt + it <= 2**32 - 3)
-      num_pred_tokens  draft length k (<= 2**20, the C core's limit)
-      max_ngram_size, min_ngram_size
+      prompt_lookup_num_tokens
+                       draft length k (<= 2**20, the C core's limit);
+                       transformers' name (was num_pred_tokens)
+      max_matching_ngram_size, min_ngram_size
                        the suffix n-gram sizes a draft is looked up with
+                       (max_matching_ngram_size: transformers' name, was
+                       max_ngram_size; its default here is 3, the
+                       method's, where transformers' is 2)
       policy           "first" (the method's earliest occurrence), "recent"
                        or "frequent" (see pld.NgramIndex)
       semantics        "seed" (the method's rule: a match needs k tokens
@@ -195,8 +202,8 @@ class DecodeConfig:
     """
 
     max_new_tokens: int = 128
-    num_pred_tokens: int = 10
-    max_ngram_size: int = 3
+    prompt_lookup_num_tokens: int = 10
+    max_matching_ngram_size: int = 3
     min_ngram_size: int = 1
     policy: str = "first"
     semantics: str = "seed"
@@ -226,13 +233,14 @@ class DecodeConfig:
 
         put("max_new_tokens", check_size("max_new_tokens", self.max_new_tokens, 1, MAX_INDEX_TOKENS,
                                          f"the index holds at most {MAX_INDEX_TOKENS} tokens"))
-        put("num_pred_tokens", check_size("num_pred_tokens", self.num_pred_tokens, 1,
-                                          MAX_DRAFT_TOKENS, "the C core's limit on a draft"))
-        put("max_ngram_size", check_size("max_ngram_size", self.max_ngram_size, 1, MAX_NGRAM))
+        put("prompt_lookup_num_tokens", check_size("prompt_lookup_num_tokens", self.prompt_lookup_num_tokens,
+                                                   1, MAX_DRAFT_TOKENS, "the C core's limit on a draft"))
+        put("max_matching_ngram_size", check_size("max_matching_ngram_size", self.max_matching_ngram_size,
+                                                  1, MAX_NGRAM))
         put("min_ngram_size", check_size("min_ngram_size", self.min_ngram_size, 1, MAX_NGRAM))
-        if self.min_ngram_size > self.max_ngram_size:
+        if self.min_ngram_size > self.max_matching_ngram_size:
             raise ValueError(f"min_ngram_size ({self.min_ngram_size}) must not exceed "
-                             f"max_ngram_size ({self.max_ngram_size})")
+                             f"max_matching_ngram_size ({self.max_matching_ngram_size})")
         put("tree_width", check_size("tree_width", self.tree_width, 1, MAX_TREE_WIDTH,
                                      "the C core's limit on a tree"))
         put("tree_candidates", check_size("tree_candidates", self.tree_candidates, 1,
@@ -255,7 +263,12 @@ class DecodeConfig:
 
     def replace(self, **changes: Any) -> "DecodeConfig":
         """A copy with ``changes`` (validated again)."""
+        _renamed.translate(changes, _renamed.DECODE_CONFIG, "DecodeConfig.replace()")
         return dataclasses.replace(self, **changes)
+
+    # the old names, read: deprecated for one release
+    num_pred_tokens = _renamed.deprecated_alias("num_pred_tokens", "prompt_lookup_num_tokens", "DecodeConfig")
+    max_ngram_size = _renamed.deprecated_alias("max_ngram_size", "max_matching_ngram_size", "DecodeConfig")
 
     def with_model_eos(self, model: Any) -> "DecodeConfig":
         """eos_token_id resolved: EOS_FROM_MODEL becomes the model's."""
@@ -282,4 +295,12 @@ class DecodeConfig:
 
     @classmethod
     def option_names(cls) -> Tuple[str, ...]:
+        """The options' names (the current ones, not the deprecated)."""
         return tuple(f.name for f in dataclasses.fields(cls))
+
+
+# The generated __init__ also takes the deprecated names num_pred_tokens and
+# max_ngram_size for one release (a DeprecationWarning at the caller; its
+# signature stays the generated one). dataclasses.replace goes through it.
+DecodeConfig.__init__ = _renamed.old_keywords_too(  # type: ignore[method-assign]
+    _renamed.DECODE_CONFIG, "DecodeConfig()")(DecodeConfig.__init__)

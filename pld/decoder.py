@@ -101,7 +101,7 @@ class Decoder:
         self.all_rows = list(self.rows)
         if config.sibling_drafts:
             _link_siblings(self.rows, input_ids, mask)
-        self.slots = SlotTable(B, input_ids.device, L + 2 * (config.num_pred_tokens + 1) + 64)
+        self.slots = SlotTable(B, input_ids.device, L + 2 * (config.prompt_lookup_num_tokens + 1) + 64)
         self.acceptance = acceptance if acceptance is not None else AcceptanceModel()
         self._corpus_counts = None  # the corpus nodes' counts as the generation began
         if config.corpus is not None:  # what earlier generations learned of the corpus's drafts
@@ -109,7 +109,8 @@ class Decoder:
             self._corpus_counts = self.acceptance.counts(CORPUS)
         branches = any(s.branches for s in self.sources)
         self.budget = budget if budget is not None else (
-            WidthBudget(config.tree_width) if branches else WidthBudget(config.num_pred_tokens, CHAIN_EXPLORATION))
+            WidthBudget(config.tree_width) if branches
+            else WidthBudget(config.prompt_lookup_num_tokens, CHAIN_EXPLORATION))
         self.cost: Any = None  # c(w): learned (pld.forward_cost), or a fixed table
         self._wait = forward_cost.waiter(input_ids.device)
         self.pad = pad_id(pad_token_id, config)

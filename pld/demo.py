@@ -148,7 +148,8 @@ def _plain_and_lookup(args: argparse.Namespace, model: Any, input_ids: Any) -> t
     def lookup():
         torch.manual_seed(args.seed)
         return pld.generate(model, input_ids, max_new_tokens=args.max_new_tokens,
-                            num_pred_tokens=args.num_pred_tokens, max_ngram_size=args.max_ngram,
+                            prompt_lookup_num_tokens=args.num_pred_tokens,
+                            max_matching_ngram_size=args.max_ngram,
                             **_draft_options(args.drafts),
                             **({"do_sample": True, "temperature": 0.7, "top_p": 0.9} if args.sample else {}))
 

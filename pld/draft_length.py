@@ -30,7 +30,7 @@ class DraftLength:
 
     def __init__(self, k: int, adaptive: bool = False, max_skip: int = 8) -> None:
         if k < 1:
-            raise ValueError(f"num_pred_tokens must be >= 1, got {k}")
+            raise ValueError(f"prompt_lookup_num_tokens must be >= 1, got {k}")
         self.k = k
         self.adaptive = adaptive
         self.max_skip = max_skip

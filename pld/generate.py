@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import loop
+from . import _renamed, loop
 from .config import DecodeConfig
 from .render import render_steps
 
@@ -86,9 +86,12 @@ def generate(
     """Generate with prompt lookup on a decoder-only transformers model.
 
     The options are those of :class:`pld.config.DecodeConfig`, as keywords
-    (``max_new_tokens=128, num_pred_tokens=10, max_ngram_size=3, do_sample,
-    temperature, top_k, top_p, eos_token_id, cost_aware, linear_kernel``...)
-    or as a ``config``. Greedy (``do_sample=False``) gives exactly the
+    (``max_new_tokens=128, prompt_lookup_num_tokens=10,
+    max_matching_ngram_size=3, do_sample, temperature, top_k, top_p,
+    eos_token_id, cost_aware, linear_kernel``...) or as a ``config``; the
+    draft length and the largest n-gram take transformers' names (the old
+    ``num_pred_tokens``/``max_ngram_size`` still work for one release, with
+    a DeprecationWarning). Greedy (``do_sample=False``) gives exactly the
     tokens of greedy decoding (in float32; half precision can flip
     near-ties because the verification forward is wider). Sampling keeps
     the model's distribution. ``eos_token_id`` defaults to the model's
@@ -103,6 +106,7 @@ def generate(
     array like input_ids. A wrong type or value raises an error naming
     the argument, as does a model without a KV cache.
     """
+    _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.generate()")
     config = (config or DecodeConfig()).replace(**options)
     input_ids = _prompt(input_ids)
     processors = _callables("logits_processor", logits_processor)

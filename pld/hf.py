@@ -21,7 +21,7 @@ import torch
 from transformers.generation import utils as _gen_utils
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from . import _core, loop
+from . import _core, _renamed, loop
 from .config import DecodeConfig, eos_ids
 
 logger = logging.getLogger("pld")
@@ -125,8 +125,8 @@ class PromptLookupCandidateGenerator(CandidateGenerator):
 _original: dict = {}
 # DecodeConfig fields a generate() call sets from its generation_config;
 # enable() takes the others.
-_FROM_GENERATION_CONFIG = ("max_new_tokens", "num_pred_tokens", "max_ngram_size", "eos_token_id",
-                           "do_sample", "temperature", "top_k", "top_p", "output_scores",
+_FROM_GENERATION_CONFIG = ("max_new_tokens", "prompt_lookup_num_tokens", "max_matching_ngram_size",
+                           "eos_token_id", "do_sample", "temperature", "top_k", "top_p", "output_scores",
                            "output_logits")
 _ENABLE_OPTIONS = tuple(n for n in DecodeConfig.option_names() if n not in _FROM_GENERATION_CONFIG)
 # The native loop's options while enabled (enable()'s, over DecodeConfig's
@@ -283,9 +283,9 @@ def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
     ngram = config.max_matching_ngram_size
     return DecodeConfig(**{
         **_options,
-        **({"max_ngram_size": ngram} if ngram else {}),
+        **({"max_matching_ngram_size": ngram} if ngram else {}),
         "max_new_tokens": budget,
-        "num_pred_tokens": config.prompt_lookup_num_tokens,
+        "prompt_lookup_num_tokens": config.prompt_lookup_num_tokens,
         "eos_token_id": getattr(config, "_eos_token_tensor", None),
         "do_sample": bool(config.do_sample),  # (its warpers come as logits processors)
         "output_scores": bool(want_dict and config.output_scores),
@@ -332,10 +332,17 @@ def enable(**options: Any) -> None:
     reads the weights once for a few tokens, where torch's default kernel
     makes a verification forward cost several one-token forwards
     (:mod:`pld.linear_kernel`); ``"torch"`` keeps torch's kernel."""
+    _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.enable()")
+    _enable(options)
+
+
+def _enable(options: dict) -> None:
+    """enable() with the deprecated names already translated."""
     refused = sorted(set(options) - set(_ENABLE_OPTIONS))
     if refused:
         raise TypeError(f"enable() got options {refused}; it takes {_ENABLE_OPTIONS} (a "
-                        "generate() call sets the others from its generation_config)")
+                        "generate() call sets the others from its generation_config: "
+                        "model.generate(..., prompt_lookup_num_tokens=k, max_matching_ngram_size=n))")
     DecodeConfig(**options)  # validated now, with the caller's names
     _options.clear()
     _options.update(options)
@@ -367,8 +374,10 @@ def is_enabled() -> bool:
 def enabled(**options: Any) -> Iterator[None]:
     """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``
     (options as for :func:`enable`)."""
+    # (stacklevel: the warning names the `with` line, through contextlib's __enter__)
+    _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.enabled()", stacklevel=3)
     was, before = is_enabled(), dict(_options)
-    enable(**options)
+    _enable(options)
     try:
         yield
     finally:

@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 
+from . import _renamed
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
 from .corpus import model_signature
 from .decoder import Decoder, LoopResult, LoopStats, StepRecord
@@ -45,7 +46,7 @@ def default_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
     from .row_state import INITIAL_NEW_TOKENS
     from .kv_cache import cache_for
 
-    room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.num_pred_tokens + 1
+    room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + config.prompt_lookup_num_tokens + 1
     # sliding-window layers kept whole: transformers' masks (2D) and pld's
     # (4D, trees) apply the windows, and a crop never loses a state
     # (transformers 4.57's sliding layers cannot be cropped past the window)
@@ -58,7 +59,7 @@ def batch_cache(model: Any, prompt_len: int, config: DecodeConfig) -> Any:
     (the batch's masks apply each row's window)."""
     from .kv_cache import cache_for
 
-    room = 2 * (config.num_pred_tokens + 1) + min(config.max_new_tokens, 1 << 10)
+    room = 2 * (config.prompt_lookup_num_tokens + 1) + min(config.max_new_tokens, 1 << 10)
     return cache_for(model, capacity=prompt_len + room, keep_sliding=True)
 
 
@@ -127,6 +128,7 @@ def run(
     whose logits pld's 4D masks would change (:func:`masks_blocker`) to
     its rows one at a time.
     """
+    _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.loop.run()")
     config = resolve_config(model, config, options)
     if config.corpus is not None:
         bind_corpus(model, config.corpus)
@@ -167,6 +169,7 @@ def run_batch(model: Any, input_ids: torch.Tensor, config: Optional[DecodeConfig
     the pad id, each row's new tokens, stats)."""
     from .batch_inputs import check_left_padded
 
+    _renamed.translate(kwargs, _renamed.DECODE_CONFIG, "pld.loop.run_batch()")
     mask = check_left_padded(input_ids, attention_mask).long()
     result = run(model, input_ids, config, attention_mask=mask, **kwargs)
     return result.sequences, result.rows, result.stats

@@ -29,14 +29,14 @@ class Row:
         self.batch_index = batch_index
         self.prompt_len = input_ids.shape[1]
         self.buf = SequenceBuffer(input_ids, attention_mask, self.prompt_len + config.max_new_tokens,
-                                  INITIAL_NEW_TOKENS + config.num_pred_tokens + 1)
+                                  INITIAL_NEW_TOKENS + config.prompt_lookup_num_tokens + 1)
         self.cur = self.prompt_len
         self.cached = 0
-        self.index = _core.NgramIndex(config.max_ngram_size, config.min_ngram_size, policy)
+        self.index = _core.NgramIndex(config.max_matching_ngram_size, config.min_ngram_size, policy)
         self.index.extend(input_ids[0].tolist())
         # the tables' growth is paid here, not in a step (and with each growth of the buffer)
         self.index.reserve(self.buf.capacity - self.prompt_len)
-        self.draft_length = DraftLength(config.num_pred_tokens, config.adaptive)
+        self.draft_length = DraftLength(config.prompt_lookup_num_tokens, config.adaptive)
         self.memory: Dict[str, Any] = {}
         # the other rows of the batch with the same prompt (the decoder sets them)
         self.siblings: List["Row"] = []

@@ -47,7 +47,7 @@ def test_batch_rows_equal_greedy_alone_and_batched_generate(arch, B):
         if eos is not None:
             alone = [mf.greedy(model, mf.as_ids(p), n_new, eos=eos) for p in prompts]
         gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=n_new, eos_token_id=eos,
-                           num_pred_tokens=rng.choice([1, 3, 10]), cost_aware=trial >= 3)
+                           prompt_lookup_num_tokens=rng.choice([1, 3, 10]), cost_aware=trial >= 3)
         assert gen.new_tokens == alone, dict(trial=trial, n_new=n_new, eos=eos)
         with torch.no_grad():
             batched = model.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=n_new,

@@ -108,8 +108,8 @@ def test_logits_equal_plain_decoding_at_every_position(arch, batch, monkeypatch)
         where = dict(prompt=prompt, n_new=n_new, k=k, ngram=ngram)
 
         with torch.no_grad():
-            result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new, num_pred_tokens=k,
-                              max_ngram_size=ngram, output_logits=True, record_steps=True,
+            result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new, prompt_lookup_num_tokens=k,
+                              max_matching_ngram_size=ngram, output_logits=True, record_steps=True,
                               cost_aware=False)  # every draft: both crops
         assert result.sequences[0, len(prompt):].tolist() == expected, where
         _assert_same_logits(result.logits, expected_logits, where)
@@ -147,10 +147,10 @@ def test_adaptive_and_transformers_semantics_logits(arch):
         ids = mf.as_ids(prompt)
         n_new = rng.randint(16, 32)
         expected, expected_logits = _plain(model, ids, n_new)
-        for options in (dict(adaptive=True), dict(semantics="transformers", max_ngram_size=2)):
+        for options in (dict(adaptive=True), dict(semantics="transformers", max_matching_ngram_size=2)):
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new,
-                                  num_pred_tokens=6, output_logits=True, **options)
+                                  prompt_lookup_num_tokens=6, output_logits=True, **options)
             where = dict(prompt=prompt, n_new=n_new, **options)
             assert result.sequences[0, len(prompt):].tolist() == expected, where
             _assert_same_logits(result.logits, expected_logits, where)
@@ -183,7 +183,7 @@ def _run_until_a_crop(model, extra, debug, monkeypatch):
         ids = mf.as_ids(mf.repeated_prompt(rng, min_len=20))
         cache = _off_by_one_cache(extra)
         with torch.no_grad():
-            result = loop.run(model, ids, cache=cache, max_new_tokens=24, num_pred_tokens=5,
+            result = loop.run(model, ids, cache=cache, max_new_tokens=24, prompt_lookup_num_tokens=5,
                               output_logits=True, record_steps=True)
         if any(r.accepted < r.proposed for r in result.stats.records[:-1]):  # a crop before the end
             return ids, result

@@ -53,9 +53,9 @@ def test_greedy_with_a_corpus_equals_greedy_alone(arch, tree):
         corpus.add([rng.randrange(mf.PROMPT_VOCAB) for _ in range(50)])
         steps = []
         with torch.no_grad():
-            result = loop.run(model, mf.as_ids(prompt), max_new_tokens=30, eos_token_id=None, num_pred_tokens=6,
-                              cost_aware=False, draft_tree=tree, corpus=corpus, corpus_add=trial % 2 == 0,
-                              on_step=steps.append)
+            result = loop.run(model, mf.as_ids(prompt), max_new_tokens=30, eos_token_id=None,
+                              prompt_lookup_num_tokens=6, cost_aware=False, draft_tree=tree, corpus=corpus,
+                              corpus_add=trial % 2 == 0, on_step=steps.append)
         assert result.sequences[0, len(prompt):].tolist() == alone, dict(trial=trial)
         used += sum(rec.tree.origins[j] == CORPUS for rec in steps if rec.tree is not None
                     and rec.tree.origins is not None for j in rec.chosen)
@@ -71,7 +71,7 @@ def test_a_repeated_call_drafts_the_earlier_output_and_outputs_are_added():
     prompt = list(range(5, 25))  # no repeats: prompt lookup alone finds little
     ids = mf.as_ids(prompt)
     corpus = _corpus()
-    kw = dict(max_new_tokens=40, eos_token_id=None, num_pred_tokens=8, cost_aware=False)
+    kw = dict(max_new_tokens=40, eos_token_id=None, prompt_lookup_num_tokens=8, cost_aware=False)
     first = pld.generate(model, ids, corpus=corpus, **kw)
     assert corpus.sequences() == [first.new_tokens] and corpus.num_sequences == 1
     again = pld.generate(model, ids, corpus=corpus, corpus_add=False, draft_tree=True, **kw)
@@ -154,9 +154,9 @@ def test_joint_law_through_corpus_drafts():
     counts = Counter()
     accepted = Counter()
     for _ in range(N):
-        gen = pld.generate(model, ids, max_new_tokens=3, num_pred_tokens=2, max_ngram_size=2, do_sample=True,
-                           temperature=TEMPERATURE, eos_token_id=None, draft_sources=("corpus",), corpus=corpus,
-                           corpus_add=False, cost_aware=False)
+        gen = pld.generate(model, ids, max_new_tokens=3, prompt_lookup_num_tokens=2, max_matching_ngram_size=2,
+                           do_sample=True, temperature=TEMPERATURE, eos_token_id=None, draft_sources=("corpus",),
+                           corpus=corpus, corpus_add=False, cost_aware=False)
         t = gen.new_tokens
         counts[t[0] * V + t[1]] += 1
         first = gen.stats.records[0]
@@ -176,7 +176,7 @@ def test_the_corpus_keeps_what_generations_learn_of_its_drafts(monkeypatch):
     prompt = list(range(5, 25))
     ids = mf.as_ids(prompt)
     corpus = _corpus()
-    kw = dict(max_new_tokens=40, eos_token_id=None, num_pred_tokens=8, cost_aware=False, draft_tree=True)
+    kw = dict(max_new_tokens=40, eos_token_id=None, prompt_lookup_num_tokens=8, cost_aware=False, draft_tree=True)
     with torch.no_grad():
         loop.run(model, ids, corpus=corpus, **kw)
         assert corpus.acceptance() == ({}, {})  # the corpus was empty: no corpus node was verified

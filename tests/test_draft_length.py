@@ -68,5 +68,5 @@ def test_no_draft_steps_carry_no_information():
 
 @pytest.mark.parametrize("k", [0, -3])
 def test_bad_length(k):
-    with pytest.raises(ValueError, match="num_pred_tokens"):
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
         DraftLength(k)

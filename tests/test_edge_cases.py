@@ -226,7 +226,7 @@ def test_eos_as_tensor():
 
 
 def test_defaults():
-    # defaults: max_ngram_size=3, num_pred_tokens=10, min 1, seed
+    # defaults (the kernel's): max_ngram_size=3, num_pred_tokens=10, min 1, seed
     seq = list(range(20)) + [0, 1, 2]
     assert f(seq) == list(range(3, 13))
     assert f(seq) == find_candidate_reference(seq, 3, 10)

@@ -48,7 +48,7 @@ def test_empty_batch_and_batch_streamer_are_value_errors(model):
         pld.generate(model, torch.tensor([[1, 2], [3, 4]]), max_new_tokens=4, on_step=print)
 
 
-@pytest.mark.parametrize("name", ["num_pred_tokens", "max_ngram_size", "min_ngram_size"])
+@pytest.mark.parametrize("name", ["prompt_lookup_num_tokens", "max_matching_ngram_size", "min_ngram_size"])
 def test_zero_sizes_are_value_errors_naming_the_argument(model, ids, name):
     import pld
 
@@ -63,7 +63,7 @@ def test_negative_max_new_tokens(model, ids):
         pld.generate(model, ids, max_new_tokens=-1)
 
 
-@pytest.mark.parametrize("name", ["max_new_tokens", "num_pred_tokens"])
+@pytest.mark.parametrize("name", ["max_new_tokens", "prompt_lookup_num_tokens"])
 @pytest.mark.parametrize("value", [2.0, "3", True, None])
 def test_non_int_sizes_are_type_errors(model, ids, name, value):
     import pld
@@ -166,7 +166,7 @@ def test_stats_are_consistent(arch):
         eos = rng.choice([None, rng.randrange(mf.PROMPT_VOCAB)])
         seen = []
         gen = pld.generate(model, mf.as_ids(prompt), max_new_tokens=n_new,
-                           num_pred_tokens=rng.randint(1, 8), eos_token_id=eos, on_step=seen.append)
+                           prompt_lookup_num_tokens=rng.randint(1, 8), eos_token_id=eos, on_step=seen.append)
         s = gen.stats
         records = s.records
         assert seen == records  # on_step saw every step, in order

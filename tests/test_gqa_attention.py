@@ -120,7 +120,7 @@ def test_the_loop_reads_shared_heads_in_place(repeat_calls):
     for _ in range(4):
         ids = mf.as_ids(mf.repeated_prompt(rng))
         with torch.no_grad():
-            result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=16, num_pred_tokens=4,
+            result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=16, prompt_lookup_num_tokens=4,
                               record_steps=True, cost_aware=False)  # every draft: wide forwards
         drafted += sum(1 for r in result.stats.records[1:] if r.proposed)
     assert drafted > 0

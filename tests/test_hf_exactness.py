@@ -69,8 +69,8 @@ def test_greedy_exact_on_repeated_prompts(arch, batch, monkeypatch, caplog):
         assert len(got_hf) <= n_new
 
         k2, ngram2 = rng.choice([1, 3, 4, 10]), rng.choice([1, 2, 3])
-        gen = pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=k2,
-                           max_ngram_size=ngram2, eos_token_id=eos)
+        gen = pld.generate(model, ids, max_new_tokens=n_new, prompt_lookup_num_tokens=k2,
+                           max_matching_ngram_size=ngram2, eos_token_id=eos)
         assert gen.new_tokens == expected, dict(where, k2=k2, ngram2=ngram2)
         assert gen.sequences[0, :len(prompt)].tolist() == prompt
     # every enabled call was served by the native loop, none fell back
@@ -92,7 +92,7 @@ def test_drafts_are_accepted(arch, monkeypatch):
         ids = mf.as_ids(mf.repeated_prompt(rng))
         expected = mf.greedy(model, ids, 24)
         assert mf.hf_pld(model, ids, 24, 5, cost_aware=False) == expected
-        gen = pld.generate(model, ids, max_new_tokens=24, num_pred_tokens=5, eos_token_id=None,
+        gen = pld.generate(model, ids, max_new_tokens=24, prompt_lookup_num_tokens=5, eos_token_id=None,
                            cost_aware=False)
         assert gen.new_tokens == expected
         multi += any(r.accepted >= 2 for r in gen.stats.records)
@@ -115,7 +115,7 @@ def test_max_new_tokens_one_and_two(arch):
             assert len(expected) == n_new
             for k in (1, 4, 10):
                 assert mf.hf_pld(model, ids, n_new, k) == expected
-                assert pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=k,
+                assert pld.generate(model, ids, max_new_tokens=n_new, prompt_lookup_num_tokens=k,
                                     eos_token_id=None).new_tokens == expected
 
 
@@ -152,7 +152,7 @@ def test_eos_inside_an_accepted_draft(arch):
         prompt = prefix + mf.greedy(model, mf.as_ids(prefix), h)
         ids = mf.as_ids(prompt)
         n_new = 32
-        run = pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=8, eos_token_id=None,
+        run = pld.generate(model, ids, max_new_tokens=n_new, prompt_lookup_num_tokens=8, eos_token_id=None,
                            cost_aware=False)  # every draft verified: the search needs them
         eos = _eos_candidate(run.stats.records, run.new_tokens)
         if eos is None:
@@ -164,7 +164,7 @@ def test_eos_inside_an_accepted_draft(arch):
         for k in (2, 8):
             assert mf.hf_pld(model, ids, n_new, k, eos=eos) == expected
             assert mf.hf_pld(model, ids, n_new, k, eos=[OTHER_EOS, eos]) == expected_two
-            got = pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=k, eos_token_id=eos)
+            got = pld.generate(model, ids, max_new_tokens=n_new, prompt_lookup_num_tokens=k, eos_token_id=eos)
             assert got.new_tokens == expected
         found += 1
         if found == 10:
@@ -211,7 +211,7 @@ def test_explicit_attention_mask(arch, monkeypatch):
         expected = mf.greedy(model, ids, 20, attention_mask=mask)
         assert expected == mf.greedy(model, ids, 20)
         assert mf.hf_pld(model, ids, 20, 5, attention_mask=mask) == expected
-        assert pld.generate(model, ids, max_new_tokens=20, num_pred_tokens=5,
+        assert pld.generate(model, ids, max_new_tokens=20, prompt_lookup_num_tokens=5,
                             attention_mask=mask).new_tokens == expected
     assert counter.calls == 2 * 8  # model.generate + pld.generate
 
@@ -233,7 +233,7 @@ def test_left_padded_attention_mask(arch, monkeypatch):
         mask = torch.tensor([[0] * n_pad + [1] * len(prompt)])
         expected = mf.greedy(model, ids, 20, attention_mask=mask)
         assert mf.hf_pld(model, ids, 20, 5, attention_mask=mask) == expected
-        assert pld.generate(model, ids, max_new_tokens=20, num_pred_tokens=5,
+        assert pld.generate(model, ids, max_new_tokens=20, prompt_lookup_num_tokens=5,
                             attention_mask=mask).new_tokens == expected
     assert counter.calls == 2 * 6  # model.generate + pld.generate
 
@@ -255,7 +255,7 @@ def test_adaptive_draft_length_same_tokens(arch):
         for adaptive in (False, True):
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new,
-                                  num_pred_tokens=8, adaptive=adaptive, cost_aware=False)
+                                  prompt_lookup_num_tokens=8, adaptive=adaptive, cost_aware=False)
             assert result.sequences[0, ids.shape[1]:].tolist() == expected, adaptive
             assert result.stats.new_tokens == len(expected)
             proposed[adaptive] += result.stats.proposed_tokens
@@ -278,7 +278,7 @@ def test_every_loop_variant_same_tokens(arch):
     model = mf.tiny_model(arch)
     rng = random.Random(f"variants-{arch}")
     variants = [dict(policy=p) for p in pld.POLICIES] + [dict(semantics="transformers"),
-                                                         dict(min_ngram_size=2, max_ngram_size=3),
+                                                         dict(min_ngram_size=2, max_matching_ngram_size=3),
                                                          dict(cost_aware=True),
                                                          dict(linear_kernel="torch")]
     accepted = {i: 0 for i in range(len(variants))}
@@ -289,7 +289,7 @@ def test_every_loop_variant_same_tokens(arch):
         for i, options in enumerate(variants):
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=n_new,
-                                  num_pred_tokens=6, **{"cost_aware": False, **options})
+                                  prompt_lookup_num_tokens=6, **{"cost_aware": False, **options})
             assert result.sequences[0, ids.shape[1]:].tolist() == expected, options
             accepted[i] += result.stats.accepted_draft_tokens
     # every variant's drafts were used (the budget's choices depend on timings)
@@ -336,7 +336,7 @@ def test_the_loop_obeys_the_width_budget(monkeypatch, allow):
         steps = []
         with torch.no_grad():
             result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=24, eos_token_id=None,
-                              num_pred_tokens=6, cost_aware=True, on_step=steps.append)
+                              prompt_lookup_num_tokens=6, cost_aware=True, on_step=steps.append)
         assert result.sequences[0, ids.shape[1]:].tolist() == expected
         assert len(calls) <= 1 and calls in ([], [1])  # after the prefill, one pending token
         later = sum(r.proposed for r in steps[1:])

@@ -323,7 +323,7 @@ def test_custom_stopping_criterion(arch, monkeypatch):
         for k in (3, 10):
             got = mf.hf_pld(model, ids, 24, k, stopping_criteria=StoppingCriteriaList([_stop_on(token)]))
             assert got == expected, dict(prompt=prompt, token=token, k=k)
-            gen = pld.generate(model, ids, max_new_tokens=24, num_pred_tokens=k, eos_token_id=None,
+            gen = pld.generate(model, ids, max_new_tokens=24, prompt_lookup_num_tokens=k, eos_token_id=None,
                                stopping_criteria=[_stop_on(token)])
             assert gen.new_tokens == expected
         stopped_early += len(expected) < 24
@@ -346,7 +346,7 @@ def test_max_new_tokens_never_exceeded(arch):
                     out = model.generate(ids, do_sample=False, max_new_tokens=n_new,
                                          prompt_lookup_num_tokens=k)
                 assert out.shape[1] == ids.shape[1] + n_new
-                gen = pld.generate(model, ids, max_new_tokens=n_new, num_pred_tokens=k, eos_token_id=None)
+                gen = pld.generate(model, ids, max_new_tokens=n_new, prompt_lookup_num_tokens=k, eos_token_id=None)
                 assert len(gen.new_tokens) == n_new
                 assert all(len(r.tokens) <= n_new for r in gen.stats.records)
         # max_length instead of max_new_tokens
@@ -411,7 +411,7 @@ def test_logits_processors_through_pld_generate(monkeypatch):
         expected = mf.greedy(model, ids, 20, repetition_penalty=1.4, no_repeat_ngram_size=2)
         processors = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.4),
                                           NoRepeatNGramLogitsProcessor(2)])
-        gen = pld.generate(model, ids, max_new_tokens=20, num_pred_tokens=5, eos_token_id=None,
+        gen = pld.generate(model, ids, max_new_tokens=20, prompt_lookup_num_tokens=5, eos_token_id=None,
                            logits_processor=processors)
         assert gen.new_tokens == expected
 

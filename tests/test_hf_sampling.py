@@ -52,15 +52,15 @@ def test_seeded_runs_are_reproducible(arch, monkeypatch):
     outputs = []
     for seed in range(6):
         ids = mf.as_ids(mf.repeated_prompt(rng))
-        a = _sample_pld(model, ids, seed, max_new_tokens=20, num_pred_tokens=5, temperature=1.5)
-        b = _sample_pld(model, ids, seed, max_new_tokens=20, num_pred_tokens=5, temperature=1.5)
+        a = _sample_pld(model, ids, seed, max_new_tokens=20, prompt_lookup_num_tokens=5, temperature=1.5)
+        b = _sample_pld(model, ids, seed, max_new_tokens=20, prompt_lookup_num_tokens=5, temperature=1.5)
         assert a == b and len(a) == 20
         c = _sample_hf(model, ids, seed, max_new_tokens=20, prompt_lookup_num_tokens=5, top_p=0.9)
         d = _sample_hf(model, ids, seed, max_new_tokens=20, prompt_lookup_num_tokens=5, top_p=0.9)
         assert c == d and len(c) == 20
         outputs.append(a)
         # another seed, another draw (20 tokens at temperature 1.5 over ~80 ids)
-        assert _sample_pld(model, ids, seed + 100, max_new_tokens=20, num_pred_tokens=5,
+        assert _sample_pld(model, ids, seed + 100, max_new_tokens=20, prompt_lookup_num_tokens=5,
                            temperature=1.5) != a
     assert counter.calls == 6 * 5
     assert len({tuple(o) for o in outputs}) == len(outputs)
@@ -74,8 +74,8 @@ def test_top_k_1_sampling_is_greedy(arch, monkeypatch):
     for seed in range(8):
         ids = mf.as_ids(mf.repeated_prompt(rng))
         expected = mf.greedy(model, ids, 24)
-        assert _sample_pld(model, ids, seed, max_new_tokens=24, num_pred_tokens=6, top_k=1) == expected
-        assert _sample_pld(model, ids, seed, max_new_tokens=24, num_pred_tokens=6, top_k=1,
+        assert _sample_pld(model, ids, seed, max_new_tokens=24, prompt_lookup_num_tokens=6, top_k=1) == expected
+        assert _sample_pld(model, ids, seed, max_new_tokens=24, prompt_lookup_num_tokens=6, top_k=1,
                            temperature=3.0) == expected
         assert _sample_hf(model, ids, seed, max_new_tokens=24, prompt_lookup_num_tokens=6,
                           top_k=1) == expected
@@ -177,7 +177,7 @@ def test_joint_distribution_of_first_two_tokens():
     counts = Counter()
     first_steps = Counter()
     for _ in range(N):
-        gen = pld.generate(model, ids, max_new_tokens=3, num_pred_tokens=2, max_ngram_size=2,
+        gen = pld.generate(model, ids, max_new_tokens=3, prompt_lookup_num_tokens=2, max_matching_ngram_size=2,
                            do_sample=True, temperature=TEMPERATURE, eos_token_id=None)
         t = gen.new_tokens
         counts[t[0] * V + t[1]] += 1

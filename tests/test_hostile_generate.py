@@ -5,8 +5,8 @@ the benchmark's data default.
   huge ``max_new_tokens`` on a prompt that stops at once costs no more memory
   than a small one (peak RSS measured in a child process); growing many
   times keeps greedy token-identical. ``max_new_tokens`` and
-  ``num_pred_tokens`` / ``prompt_lookup_num_tokens`` are checked against the
-  C core's limits before anything is allocated.
+  ``prompt_lookup_num_tokens`` (of pld.generate and of model.generate) are
+  checked against the C core's limits before anything is allocated.
 * Models without a usable KV cache: refused by pld.generate with a clear
   ValueError; under pld.enable() handed to transformers' own path with one
   log line; a model that silently ignores ``past_key_values`` raises instead
@@ -125,7 +125,7 @@ def test_growing_buffers_keep_greedy_tokens(arch, monkeypatch):
         ids = mf.as_ids(prompt)
         expected = mf.greedy(model, ids, 200)
         grown.clear()
-        gen = pld.generate(model, ids, max_new_tokens=200, num_pred_tokens=rng.choice([1, 3, 10]),
+        gen = pld.generate(model, ids, max_new_tokens=200, prompt_lookup_num_tokens=rng.choice([1, 3, 10]),
                            eos_token_id=None)
         assert gen.new_tokens == expected
         assert len(grown) >= 3  # about 35 slots, 70, 140, then prompt + 200
@@ -135,14 +135,14 @@ def test_growing_buffers_keep_greedy_tokens(arch, monkeypatch):
 
 
 @torch_test
-def test_num_pred_tokens_beyond_the_core_limit_is_refused_first():
+def test_draft_length_beyond_the_core_limit_is_refused_first():
     import pld
 
     model = mf.tiny_model("gpt2")
-    with pytest.raises(ValueError, match="num_pred_tokens"):
-        pld.generate(model, _ids(), max_new_tokens=4, num_pred_tokens=(1 << 20) + 1)
+    with pytest.raises(ValueError, match="prompt_lookup_num_tokens"):
+        pld.generate(model, _ids(), max_new_tokens=4, prompt_lookup_num_tokens=(1 << 20) + 1)
     # the limit itself is fine
-    gen = pld.generate(model, _ids(), max_new_tokens=4, num_pred_tokens=1 << 20, eos_token_id=None)
+    gen = pld.generate(model, _ids(), max_new_tokens=4, prompt_lookup_num_tokens=1 << 20, eos_token_id=None)
     assert gen.new_tokens == mf.greedy(model, _ids(), 4)
 
 
@@ -168,7 +168,7 @@ def test_max_new_tokens_accepts_index_types():
     for value in (np.int64(8), np.int32(8), np.uint16(8)):
         assert pld.generate(model, _ids(), max_new_tokens=value, eos_token_id=None).new_tokens == ref
     for value in (np.int64(8), np.int32(3)):
-        gen = pld.generate(model, _ids(), max_new_tokens=8, num_pred_tokens=value, eos_token_id=None)
+        gen = pld.generate(model, _ids(), max_new_tokens=8, prompt_lookup_num_tokens=value, eos_token_id=None)
         assert gen.new_tokens == ref
     for value in (np.float64(8), 8.0, True):  # no __index__, or a bool: refused
         with pytest.raises(TypeError, match="max_new_tokens"):

@@ -354,7 +354,7 @@ def test_pld_loop_and_enabled_generate_with_owned_cache(arch):
         want = greedy(model, ids, 30)
         with torch.no_grad():
             result = loop.run(model, ids, cache=OwnedCache(capacity=8), max_new_tokens=30,
-                              num_pred_tokens=5, linear_kernel="torch")
+                              prompt_lookup_num_tokens=5, linear_kernel="torch")
         assert result.sequences[0, ids.shape[1]:].tolist() == want
         assert isinstance(result.past_key_values, OwnedCache)
         rejected += result.stats.proposed_tokens - result.stats.accepted_draft_tokens
@@ -444,7 +444,7 @@ def test_bench_methods_with_owned_cache(arch):
     from pld.bench import methods
 
     model = tiny_model(arch)
-    setup = methods.Setup(model=model, max_new_tokens=24, num_pred_tokens=5, max_ngram_size=3)
+    setup = methods.Setup(model=model, max_new_tokens=24, prompt_lookup_num_tokens=5, max_matching_ngram_size=3)
     runs = methods.build([methods.REGISTRY[n] for n in ("greedy", "greedy_owncache", "pld_owncache")], setup)
     ids = as_ids(repeated_prompt(random.Random(12)))
     want = runs["greedy"](ids)[0].tolist()

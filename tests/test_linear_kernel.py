@@ -134,7 +134,7 @@ def test_the_loop_runs_every_forward_on_the_chosen_kernel(arch, monkeypatch):
             widths.clear()
             with torch.no_grad():
                 result = loop.run(model, ids, cache=DynamicCache(), max_new_tokens=16,
-                                  num_pred_tokens=4, record_steps=True, linear_kernel=mode,
+                                  prompt_lookup_num_tokens=4, record_steps=True, linear_kernel=mode,
                                   cost_aware=False)  # (no calibration forwards)
             assert len(widths) == (result.stats.steps * n_layers if routed else 0), mode
             if routed:  # the prefill first, then one pending token plus the draft

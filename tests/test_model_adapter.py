@@ -97,7 +97,7 @@ def test_a_batch_with_holes_keeps_each_rows_own_window():
         ids = torch.tensor([[mf.PAD] * (L - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
         gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=30, eos_token_id=None,
-                           num_pred_tokens=4, cost_aware=False)
+                           prompt_lookup_num_tokens=4, cost_aware=False)
         alone = [mf.greedy(model, mf.as_ids(p), 30) for p in prompts]
         assert gen.new_tokens == alone, trial
         assert gen.stats.proposed_tokens > gen.stats.accepted_draft_tokens  # rejected drafts: holes

@@ -114,7 +114,7 @@ def test_greedy_rows_with_siblings_equal_greedy_alone(arch, tree):
         alone = [mf.greedy(model, mf.as_ids(p), 24) for p in prompts]
         with torch.no_grad():
             result = loop.run(model, ids, attention_mask=mask, max_new_tokens=24, eos_token_id=None,
-                              num_pred_tokens=4, cost_aware=False, draft_tree=tree)
+                              prompt_lookup_num_tokens=4, cost_aware=False, draft_tree=tree)
         assert result.rows == alone, dict(trial=trial)
 
 
@@ -151,7 +151,7 @@ def test_joint_law_of_a_row_whose_drafts_come_from_its_sibling():
     for _ in range(N):
         steps = []
         with torch.no_grad():
-            result = loop.run(model, ids, max_new_tokens=3, num_pred_tokens=2, max_ngram_size=2,
+            result = loop.run(model, ids, max_new_tokens=3, prompt_lookup_num_tokens=2, max_matching_ngram_size=2,
                                   do_sample=True, temperature=TEMPERATURE, eos_token_id=None,
                                   draft_sources=("siblings",), cost_aware=False, on_step=steps.append)
         t = result.rows[0]

@@ -53,7 +53,7 @@ def test_tree_greedy_exact(arch, sharp, caplog):
         if eos is not None:
             expected = mf.greedy(model, ids, n_new, eos=eos)
         k = rng.choice([1, 3, 5, 10])
-        gen = _tree(model, ids, n_new, num_pred_tokens=k, max_ngram_size=rng.choice([1, 2, 3]),
+        gen = _tree(model, ids, n_new, prompt_lookup_num_tokens=k, max_matching_ngram_size=rng.choice([1, 2, 3]),
                     tree_width=rng.choice([1, 4, 16, 64]), tree_candidates=rng.choice([1, 4, 8]),
                     tree_successors=bool(i % 3), eos_token_id=eos,
                     cost_aware=i % 4 == 3)  # the budget a quarter of the time (its choices follow timings)

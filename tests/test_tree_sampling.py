@@ -51,7 +51,7 @@ def test_joint_distribution_of_first_two_tokens_through_a_tree():
     counts = Counter()
     ways = Counter()
     for _ in range(N):
-        gen = pld.generate(model, ids, max_new_tokens=3, num_pred_tokens=2, max_ngram_size=2,
+        gen = pld.generate(model, ids, max_new_tokens=3, prompt_lookup_num_tokens=2, max_matching_ngram_size=2,
                            do_sample=True, temperature=TEMPERATURE, eos_token_id=None,
                            draft_tree=True, record_steps=True)
         t = gen.new_tokens

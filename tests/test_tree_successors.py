@@ -288,7 +288,7 @@ def test_joint_distribution_of_three_tokens_through_successor_nodes():
     Decoder.propose = spy
     try:
         for _ in range(N):
-            gen = pld.generate(model, ids, max_new_tokens=3, num_pred_tokens=2, max_ngram_size=2,
+            gen = pld.generate(model, ids, max_new_tokens=3, prompt_lookup_num_tokens=2, max_matching_ngram_size=2,
                                tree_candidates=4, do_sample=True, temperature=TEMPERATURE, eos_token_id=None,
                                draft_tree=True, tree_successors=True, cost_aware=False)
             a, b, c = gen.new_tokens

@@ -57,8 +57,8 @@ def _methods(model: Any, args: Any, pad: int) -> Dict[str, Callable]:
     import pld
 
     eos = model.generation_config.eos_token_id
-    common = dict(max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
-                  max_ngram_size=args.max_ngram, eos_token_id=eos)
+    common = dict(max_new_tokens=args.max_new_tokens, prompt_lookup_num_tokens=args.num_pred_tokens,
+                  max_matching_ngram_size=args.max_ngram, eos_token_id=eos)
 
     def greedy(ids, mask):
         with torch.no_grad():

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     model, tokenizer = models.load(args.model, dtype=args.dtype, device=device)
     corpus = pld.Corpus(max_tokens=args.max_tokens)
-    common = dict(max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
+    common = dict(max_new_tokens=args.max_new_tokens, prompt_lookup_num_tokens=args.num_pred_tokens,
                   draft_tree=args.drafts == "tree")
     options = {"none": {}, "none_again": {}, "corpus": {"corpus": corpus}}
     warm = chat_input_ids(tokenizer, ["Repeat exactly: the quick brown fox jumps over the lazy dog."], [])

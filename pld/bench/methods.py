@@ -17,8 +17,8 @@ Generate = Callable[[Any], Any]
 class Setup:
     model: Any
     max_new_tokens: int
-    num_pred_tokens: int
-    max_ngram_size: int
+    prompt_lookup_num_tokens: int
+    max_matching_ngram_size: int
 
     def eos_ids(self) -> List[int]:
         eos = self.model.generation_config.eos_token_id
@@ -31,8 +31,8 @@ class Setup:
         from pld.config import DecodeConfig
 
         return DecodeConfig(**{"max_new_tokens": self.max_new_tokens,
-                               "num_pred_tokens": self.num_pred_tokens,
-                               "max_ngram_size": self.max_ngram_size,
+                               "prompt_lookup_num_tokens": self.prompt_lookup_num_tokens,
+                               "max_matching_ngram_size": self.max_matching_ngram_size,
                                "eos_token_id": self.eos_ids(), **options})
 
     def greedy_kwargs(self) -> Dict[str, Any]:
@@ -130,8 +130,8 @@ def _transformers(s: Setup) -> Generate:
 
     def run(ids):
         with torch.no_grad():
-            out = s.model.generate(ids, prompt_lookup_num_tokens=s.num_pred_tokens,
-                                   max_matching_ngram_size=s.max_ngram_size, **s.greedy_kwargs())
+            out = s.model.generate(ids, prompt_lookup_num_tokens=s.prompt_lookup_num_tokens,
+                                   max_matching_ngram_size=s.max_matching_ngram_size, **s.greedy_kwargs())
         # transformers 4.57 can accept a draft past max_new_tokens; the tokens
         # beyond the budget are not counted (greedy would not have made them)
         return out[:, :ids.shape[1] + s.max_new_tokens]
@@ -146,8 +146,8 @@ def _pld_enabled(s: Setup) -> Generate:
 
     def run(ids):
         with torch.no_grad(), pld.enabled():
-            return s.model.generate(ids, prompt_lookup_num_tokens=s.num_pred_tokens,
-                                    max_matching_ngram_size=s.max_ngram_size, **s.greedy_kwargs())
+            return s.model.generate(ids, prompt_lookup_num_tokens=s.prompt_lookup_num_tokens,
+                                    max_matching_ngram_size=s.max_matching_ngram_size, **s.greedy_kwargs())
     return run
 
 
@@ -166,7 +166,7 @@ def _owned_cache(s: Setup, ids: Any) -> Any:
     DynamicCache for a model it cannot serve)."""
     from pld.kv_cache import cache_for
 
-    return cache_for(s.model, capacity=ids.shape[1] + s.max_new_tokens + s.num_pred_tokens + 1)
+    return cache_for(s.model, capacity=ids.shape[1] + s.max_new_tokens + s.prompt_lookup_num_tokens + 1)
 
 
 def _loop(cache: Callable[[Setup, Any], Any] = _loop_default_cache,

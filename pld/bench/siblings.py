@@ -73,7 +73,8 @@ def _methods(model: Any, args: argparse.Namespace) -> Dict[str, Callable]:
 
     def lookup(tree: bool, siblings: bool) -> Callable:
         def run(ids):
-            gen = pld.generate(model, ids, max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
+            gen = pld.generate(model, ids, max_new_tokens=args.max_new_tokens,
+                               prompt_lookup_num_tokens=args.num_pred_tokens,
                                eos_token_id=eos, draft_tree=tree, sibling_drafts=siblings, **sampling)
             return gen.new_tokens, len(gen.stats.records)
         return run

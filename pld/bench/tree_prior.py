@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     # the first --width nodes of every tree (creation order: ancestor-closed),
     # whatever the prior or the budget would choose
     every_node = FirstNodes(args.width)
-    config = DecodeConfig(max_new_tokens=args.max_new_tokens, num_pred_tokens=args.num_pred_tokens,
+    config = DecodeConfig(max_new_tokens=args.max_new_tokens, prompt_lookup_num_tokens=args.num_pred_tokens,
                           draft_tree=True, tree_width=args.width, cost_aware=False,
                           tree_successors=args.successors,
                           eos_token_id=model.generation_config.eos_token_id)

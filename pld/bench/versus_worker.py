@@ -6,8 +6,10 @@ The driver (:mod:`pld.bench.versus`) runs this file by path, as
 build's pld. The file is never imported from a build: it must run against
 older builds, so it uses only long-standing APIs (``pld.models.load``,
 ``pld.models.chat_template_ids``, ``pld.bench.methods.REGISTRY`` and
-``Setup``, ``pld.generate`` with ``attention_mask`` and ``rows``, and
-``pld.forward_cost.calibrating`` when the build has it).
+``Setup`` (positional), ``pld.generate`` with ``attention_mask`` and
+``rows``, and ``pld.forward_cost.calibrating`` when the build has it);
+the draft options go to pld.generate by the names the build takes
+(:func:`_draft_names`: transformers' since issue 36, the old ones before).
 
 Protocol: one JSON object a line on stdin, one reply a line on stdout;
 ``{"ok": true, ...}`` or ``{"ok": false, "error": traceback}``. Everything
@@ -53,6 +55,21 @@ def _drop_own_folder() -> None:
     modules would shadow top-level names)."""
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
+
+
+def _draft_names() -> tuple:
+    """The names this build's pld.generate takes for the draft length and
+    the largest n-gram: transformers' (prompt_lookup_num_tokens,
+    max_matching_ngram_size) where its DecodeConfig has them, else the
+    names older builds took (num_pred_tokens, max_ngram_size)."""
+    try:
+        from pld.config import DecodeConfig
+        names = DecodeConfig.option_names()
+    except (ImportError, AttributeError):
+        names = ()
+    if "prompt_lookup_num_tokens" in names:
+        return "prompt_lookup_num_tokens", "max_matching_ngram_size"
+    return "num_pred_tokens", "max_ngram_size"
 
 
 class ForwardCounter:
@@ -106,19 +123,20 @@ class Worker:
     def _build(self, msg: Dict[str, Any]) -> Dict[str, Callable[[Any, Any], List[List[int]]]]:
         """name -> fn(ids [B, L], mask or None) -> each row's new tokens."""
         names, B = list(msg["methods"]), int(msg.get("batch_size", 1))
-        common = dict(max_new_tokens=int(msg["max_new_tokens"]), num_pred_tokens=int(msg["num_pred_tokens"]))
+        k, max_n = int(msg["num_pred_tokens"]), int(msg["max_ngram"])  # (the protocol's names)
         if B > 1:
             unknown = [n for n in names if n not in BATCH_OPTIONS]
             if unknown:
                 raise ValueError(f"methods {unknown}: batches take only {list(BATCH_OPTIONS)}")
-            return {n: self._batched(dict(common, max_ngram_size=int(msg["max_ngram"]), **BATCH_OPTIONS[n]))
-                    for n in names}
+            k_name, n_name = _draft_names()
+            common = {"max_new_tokens": int(msg["max_new_tokens"]), k_name: k, n_name: max_n}
+            return {n: self._batched(dict(common, **BATCH_OPTIONS[n])) for n in names}
         from pld.bench.methods import REGISTRY, Setup
 
         unknown = [n for n in names if n not in REGISTRY]
         if unknown:
             raise ValueError(f"methods {unknown}: not in this build's registry {list(REGISTRY)}")
-        setup = Setup(self.model, common["max_new_tokens"], common["num_pred_tokens"], int(msg["max_ngram"]))
+        setup = Setup(self.model, int(msg["max_new_tokens"]), k, max_n)
         return {n: self._single(REGISTRY[n].build(setup)) for n in names}
 
     @staticmethod

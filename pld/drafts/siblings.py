@@ -25,7 +25,7 @@ class Siblings(DraftSource):
     def __init__(self, config=None) -> None:
         super().__init__(config)
         self.branches = bool(config is not None and config.draft_tree)
-        self.max_n = config.max_ngram_size if config is not None else 3
+        self.max_n = config.max_matching_ngram_size if config is not None else 3
         self.min_n = config.min_ngram_size if config is not None else 1
 
     def propose(self, row: RowView, tree: TokenTree, ask: Proposal) -> TokenTree:
