@@ -39,6 +39,10 @@ File format (:meth:`Corpus.save`, :meth:`Corpus.load`), little-endian:
                n_tokens ids, int32 (token_bytes 4: every id < 2**31) or int64
       end - 32 SHA-256 of every byte before it
 
+(The header's "min_ngram" and "max_ngram" are the corpus's min_ngram_size
+and max_ngram_size: the keys kept their first names, so files of every
+release read alike.)
+
 Loading re-adds the sequences in order, which rebuilds the same
 generations, so a loaded corpus proposes what the saved one did.
 
@@ -69,7 +73,7 @@ import threading
 import warnings
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import _core
+from . import _core, _renamed
 from .acceptance_buckets import LAYOUT, is_bucket
 
 __all__ = ["Corpus", "tokenizer_fingerprint", "MAGIC", "VERSION"]
@@ -176,29 +180,33 @@ class Corpus:
     module's docstring).
 
     ``max_tokens``: the most tokens held (at most ``pld._core.CORPUS_MAX_TOKENS``);
-    ``min_ngram``..``max_ngram``: the suffix n-gram sizes looked up;
+    ``min_ngram_size``..``max_ngram_size``: the suffix n-gram sizes looked up;
     ``segments``: the generations (1..64) the tokens are spread over -- the
     oldest goes whole when the corpus is full, so more segments evict in
     smaller steps, at the cost of a lookup per segment; ``fingerprint``: the
     tokenizer's (:func:`tokenizer_fingerprint`), kept and saved;
-    ``hash_seed``: the key of the n-gram hashes (None: random; proposals
-    never depend on it)."""
+    ``seed``: the key of the n-gram hashes (None: random; proposals
+    never depend on it). The keywords are pld.NgramIndex's; the old
+    ``min_ngram``, ``max_ngram`` and ``hash_seed`` still work for one
+    release, with a DeprecationWarning."""
 
-    def __init__(self, max_tokens: int = 1 << 24, *, min_ngram: int = 2, max_ngram: int = 4,
+    @_renamed.old_keywords_too(_renamed.CORPUS, "pld.Corpus()")
+    def __init__(self, max_tokens: int = 1 << 24, *, min_ngram_size: int = 2, max_ngram_size: int = 4,
                  segments: int = 4, fingerprint: Optional[str] = None,
-                 hash_seed: Optional[int] = None) -> None:
+                 seed: Optional[int] = None) -> None:
         max_tokens = _int_arg("max_tokens", max_tokens, 1, _core.CORPUS_MAX_TOKENS)
-        min_ngram = _int_arg("min_ngram", min_ngram, 1, _core.MAX_NGRAM)
-        max_ngram = _int_arg("max_ngram", max_ngram, 1, _core.MAX_NGRAM)
+        min_ngram_size = _int_arg("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
+        max_ngram_size = _int_arg("max_ngram_size", max_ngram_size, 1, _core.MAX_NGRAM)
         segments = _int_arg("segments", segments, 1, _core.CORPUS_MAX_SEGMENTS)
-        if min_ngram > max_ngram:
-            raise ValueError(f"min_ngram ({min_ngram}) must not exceed max_ngram ({max_ngram})")
+        if min_ngram_size > max_ngram_size:
+            raise ValueError(f"min_ngram_size ({min_ngram_size}) must not exceed "
+                             f"max_ngram_size ({max_ngram_size})")
         if fingerprint is not None and not isinstance(fingerprint, str):
             raise TypeError(f"fingerprint must be a str or None, got {type(fingerprint).__name__}")
         fingerprint = None if fingerprint is None else _exact_str(fingerprint)
-        if hash_seed is not None:
-            hash_seed = _int_arg("hash_seed", hash_seed, 0, (1 << 64) - 1)
-        self._core = _core.Corpus(max_tokens, min_ngram, max_ngram, segments, hash_seed)
+        if seed is not None:
+            seed = _int_arg("seed", seed, 0, (1 << 64) - 1)
+        self._core = _core.Corpus(max_tokens, min_ngram_size, max_ngram_size, segments, seed)
         self._lock = threading.Lock()  # the binding, the fingerprint, the evicted base
         self._vocab_size: Optional[int] = None
         self._signature: Optional[Tuple] = None
@@ -239,7 +247,7 @@ class Corpus:
     def propose_tree(self, context: Any, depth: int, *, per_ngram: int = 4, max_nodes: int = 64,
                      eos_token_id: Any = None) -> Tuple[List[int], List[int], List[int], List[int], List[int]]:
         """The continuations of ``context``'s suffix n-grams (the caller's
-        sequence, or its last ``max_ngram`` ids) in the corpus, as one token
+        sequence, or its last ``max_ngram_size`` ids) in the corpus, as one token
         trie: (tokens, parents, depths, ngrams, supports), one entry a node,
         parents first (parent -1: a child of the root, context's last
         token). For each n from the largest, each generation from the newest
@@ -299,8 +307,8 @@ class Corpus:
         return len(self._core)
 
     def __repr__(self) -> str:
-        return (f"pld.Corpus(max_tokens={self.max_tokens}, min_ngram={self.min_ngram}, "
-                f"max_ngram={self.max_ngram}, segments={self.segments}) with {len(self)} tokens "
+        return (f"pld.Corpus(max_tokens={self.max_tokens}, min_ngram_size={self.min_ngram_size}, "
+                f"max_ngram_size={self.max_ngram_size}, segments={self.segments}) with {len(self)} tokens "
                 f"in {self.num_sequences} sequences")
 
     @property
@@ -332,10 +340,14 @@ class Corpus:
         return self._core.max_id
 
     max_tokens = property(lambda self: self._core.max_tokens, doc="The most tokens held.")
-    min_ngram = property(lambda self: self._core.min_ngram, doc="The smallest n-gram looked up.")
-    max_ngram = property(lambda self: self._core.max_ngram, doc="The largest n-gram looked up.")
+    min_ngram_size = property(lambda self: self._core.min_ngram, doc="The smallest n-gram looked up.")
+    max_ngram_size = property(lambda self: self._core.max_ngram, doc="The largest n-gram looked up.")
     segments = property(lambda self: self._core.segments, doc="The most generations held.")
-    hash_seed = property(lambda self: self._core.hash_seed, doc="The key of the n-gram hashes.")
+    seed = property(lambda self: self._core.hash_seed, doc="The key of the n-gram hashes.")
+    # the old names, read: deprecated for one release
+    min_ngram = _renamed.deprecated_alias("min_ngram", "min_ngram_size", "Corpus")
+    max_ngram = _renamed.deprecated_alias("max_ngram", "max_ngram_size", "Corpus")
+    hash_seed = _renamed.deprecated_alias("hash_seed", "seed", "Corpus")
 
     @property
     def fingerprint(self) -> Optional[str]:
@@ -410,8 +422,10 @@ class Corpus:
         with self._lock:
             tokens, lengths = self._snapshot()
             header = {
-                "max_tokens": self.max_tokens, "min_ngram": self.min_ngram,
-                "max_ngram": self.max_ngram, "segments": self.segments,
+                # (the file keeps its keys "min_ngram"/"max_ngram": files of every
+                # release read alike)
+                "max_tokens": self.max_tokens, "min_ngram": self.min_ngram_size,
+                "max_ngram": self.max_ngram_size, "segments": self.segments,
                 "n_sequences": len(lengths), "n_tokens": len(tokens),
                 "segments_used": None, "evicted": self._evicted_base + self._core.evicted,
                 "vocab_size": self._vocab_size, "signature": self._signature,
@@ -448,14 +462,17 @@ class Corpus:
             raise
 
     @classmethod
-    def load(cls, path: Any, *, hash_seed: Optional[int] = None) -> "Corpus":
+    @_renamed.old_keywords_too({"hash_seed": "seed"}, "pld.Corpus.load()")
+    def load(cls, path: Any, *, seed: Optional[int] = None) -> "Corpus":
         """A corpus read from a file :meth:`save` wrote. ValueError, naming
         the file and what is wrong, for anything but such a file: a wrong
         magic or version, a bad checksum, a truncated file, sizes that do
         not add up, negative ids, settings or lengths beyond the limits, a
         header nested deeper than any save writes, something that is not a
         regular file (a device, a pipe: refused before it is read). Nothing
-        is read or allocated beyond the largest file the format allows."""
+        is read or allocated beyond the largest file the format allows.
+        ``seed``: the key of the n-gram hashes, as for the constructor
+        (``hash_seed``, its old name, still works for one release)."""
         path = os.fspath(path)
 
         def bad(what: str) -> ValueError:
@@ -535,8 +552,8 @@ class Corpus:
             raise bad(f"token id {top} is beyond the vocabulary of {vocab} ids it is bound to")
         if _segments_used(lengths, max_tokens, segments) != used:
             raise bad("the sequences do not make the segments the header says")
-        corpus = cls(max_tokens, min_ngram=min_ngram, max_ngram=max_ngram, segments=segments,
-                     fingerprint=fp, hash_seed=hash_seed)
+        corpus = cls(max_tokens, min_ngram_size=min_ngram, max_ngram_size=max_ngram, segments=segments,
+                     fingerprint=fp, seed=seed)
         view, at = memoryview(tokens), 0
         for n in lengths:
             corpus._core.add(view[at:at + n])

@@ -269,7 +269,7 @@ class Drafter:
             return []
         draft = state.index.propose(want)
         if not draft and self.corpus is not None and len(self.corpus):
-            context = state.tokens[max(0, n - self.corpus.max_ngram):n]
+            context = state.tokens[max(0, n - self.corpus.max_ngram_size):n]
             draft = best_chain(*self.corpus.propose_tree(context, want))
         state.proposed = len(draft)
         return draft

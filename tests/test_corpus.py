@@ -129,7 +129,7 @@ def corpus_cases(draw):
 @given(case=corpus_cases())
 def test_corpus_matches_reference(case):
     max_tokens, segments, min_n, max_n, vocab, seed, ops = case
-    c = Corpus(max_tokens, min_ngram=min_n, max_ngram=max_n, segments=segments)
+    c = Corpus(max_tokens, min_ngram_size=min_n, max_ngram_size=max_n, segments=segments)
     ref = ReferenceCorpus(max_tokens, min_n, max_n, segments)
     rng = random.Random(seed)
     added = []
@@ -177,7 +177,7 @@ def test_corpus_matches_reference(case):
 
 def test_eviction_oldest_first_and_bounded():
     rng = random.Random(5)
-    c = Corpus(1000, segments=4, hash_seed=3)
+    c = Corpus(1000, segments=4, seed=3)
     added = []
     for i in range(400):
         s = [rng.randint(0, 50) for _ in range(rng.randint(1, 120))]
@@ -201,7 +201,7 @@ def test_eviction_oldest_first_and_bounded():
 
 
 def test_one_segment_and_tiny_corpus():
-    c = Corpus(5, segments=1, min_ngram=1, max_ngram=2)
+    c = Corpus(5, segments=1, min_ngram_size=1, max_ngram_size=2)
     c.add([1, 2, 3])
     c.add([1, 2])  # 3 >= ceil(5 / 1)? no: joins the segment
     assert c._core.segments_used == 1 and c.num_sequences == 2
@@ -213,7 +213,7 @@ def test_memory_per_token_within_bound():
     from pld.bench.lookup import corpus_stream
 
     seqs = corpus_stream(1 << 20, seed=11)
-    c = Corpus(1 << 20, hash_seed=1)
+    c = Corpus(1 << 20, seed=1)
     worst = 0.0
     for i, s in enumerate(seqs):
         c.add(s)
@@ -244,7 +244,7 @@ def test_memory_per_token_within_bound():
 def test_inputs_without_copies_and_of_every_kind():
     import array
 
-    c = Corpus(100, hash_seed=0)
+    c = Corpus(100, seed=0)
     for s in ([1, 2, 3], (1, 2, 3), np.array([1, 2, 3]), np.array([1, 2, 3], dtype=np.int32),
               np.array([[1, 2, 3]]), array.array("q", [1, 2, 3]), np.arange(6)[::2] // 2 + 1,
               np.array([1, 2, 3], dtype=np.uint8)):
@@ -258,7 +258,7 @@ def test_inputs_without_copies_and_of_every_kind():
 @pytest.mark.torch
 def test_torch_tensors():
     torch = pytest.importorskip("torch")
-    c = Corpus(100, hash_seed=0)
+    c = Corpus(100, seed=0)
     c.add(torch.tensor([5, 6, 7, 8]))
     c.add(torch.tensor([[5, 6, 9]], dtype=torch.int32))
     assert c.sequences() == [[5, 6, 7, 8], [5, 6, 9]]
@@ -282,16 +282,16 @@ BAD_CORPUS_ARGS = [
     (dict(max_tokens=1.5), TypeError, "max_tokens"),
     (dict(max_tokens="10"), TypeError, "max_tokens"),
     (dict(max_tokens=None), TypeError, "max_tokens"),
-    (dict(min_ngram=0), ValueError, "min_ngram"),
-    (dict(min_ngram=False), TypeError, "min_ngram"),
-    (dict(max_ngram=_core.MAX_NGRAM + 1), ValueError, "max_ngram"),
-    (dict(min_ngram=3, max_ngram=2), ValueError, "min_ngram"),
+    (dict(min_ngram_size=0), ValueError, "min_ngram_size"),
+    (dict(min_ngram_size=False), TypeError, "min_ngram_size"),
+    (dict(max_ngram_size=_core.MAX_NGRAM + 1), ValueError, "max_ngram_size"),
+    (dict(min_ngram_size=3, max_ngram_size=2), ValueError, "min_ngram_size"),
     (dict(segments=0), ValueError, "segments"),
     (dict(segments=65), ValueError, "segments"),
     (dict(segments=2.0), TypeError, "segments"),
     (dict(fingerprint=5), TypeError, "fingerprint"),
-    (dict(hash_seed=-1), ValueError, "hash_seed"),
-    (dict(hash_seed=1 << 64), ValueError, "hash_seed"),
+    (dict(seed=-1), ValueError, "seed"),
+    (dict(seed=1 << 64), ValueError, "seed"),
 ]
 
 
@@ -328,7 +328,7 @@ class Weird:
 
 
 def _filled():
-    c = Corpus(50, hash_seed=0)
+    c = Corpus(50, seed=0)
     c.add([1, 2, 3, 1, 2, 4])
     return c
 
@@ -497,8 +497,8 @@ def test_save_load_round_trip(tmp_path, big_ids):
     assert d.sequences() == c.sequences() and len(d) == len(c) and d.max_id == c.max_id
     assert d.evicted == c.evicted > 0
     assert d._core.segments_used == c._core.segments_used
-    assert (d.max_tokens, d.min_ngram, d.max_ngram, d.segments) == (c.max_tokens, c.min_ngram,
-                                                                     c.max_ngram, c.segments)
+    assert (d.max_tokens, d.min_ngram_size, d.max_ngram_size, d.segments) == (
+        c.max_tokens, c.min_ngram_size, c.max_ngram_size, c.segments)
     assert d.fingerprint == c.fingerprint and d.signature == c.signature
     assert _proposals(d) == _proposals(c)
     assert [p for p in os.listdir(tmp_path) if p != "corpus.pld"] == []  # no temporary left

@@ -145,7 +145,7 @@ def test_joint_law_through_corpus_drafts():
             if best is None or p > best[0]:
                 best = (p, prompt, x, y)
     _, prompt, x, y = best
-    corpus = pld.Corpus(max_tokens=64, min_ngram=1, max_ngram=2)
+    corpus = pld.Corpus(max_tokens=64, min_ngram_size=1, max_ngram_size=2)
     corpus.add([6, a, b, x, y])
     ids = torch.tensor([prompt])
     p1, joint = joint_law(model, prompt)

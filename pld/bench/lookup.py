@@ -990,7 +990,7 @@ def time_corpus(size: int, calls: int, seed: int = 0) -> Dict:
     from ..corpus import Corpus
 
     seqs = corpus_stream(size, seed)
-    corpus = Corpus(size, min_ngram=2, max_ngram=4, segments=4, hash_seed=seed)
+    corpus = Corpus(size, min_ngram_size=2, max_ngram_size=4, segments=4, seed=seed)
     t0 = time.perf_counter()
     for s in seqs:
         corpus.add(s)

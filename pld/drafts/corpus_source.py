@@ -24,7 +24,7 @@ class CorpusDrafts(DraftSource):
         if ask.depth <= 0 or self.corpus is None or not len(self.corpus):
             return tree
         found = TokenTree(*self.corpus.propose_tree(
-            row.tail(self.corpus.max_ngram), ask.depth, per_ngram=ask.per_ngram, max_nodes=ask.max_nodes,
+            row.tail(self.corpus.max_ngram_size), ask.depth, per_ngram=ask.per_ngram, max_nodes=ask.max_nodes,
             eos_token_id=list(ask.eos) or None))
         # linear drafts learn nothing of a source's worth, and other calls'
         # text matched by a longer n-gram still misleads more often than the
