@@ -128,6 +128,10 @@ _original: dict = {}
 _FROM_GENERATION_CONFIG = ("max_new_tokens", "prompt_lookup_num_tokens", "max_matching_ngram_size",
                            "eos_token_id", "do_sample", "temperature", "top_k", "top_p", "output_scores",
                            "output_logits")
+# A prompt-lookup generate() call that leaves max_matching_ngram_size unset
+# looks up n-grams of at most this size: transformers' default (its
+# PromptLookupCandidateGenerator's), not DecodeConfig's 3.
+TRANSFORMERS_MAX_MATCHING_NGRAM_SIZE = 2
 _ENABLE_OPTIONS = tuple(n for n in DecodeConfig.option_names() if n not in _FROM_GENERATION_CONFIG)
 # The native loop's options while enabled (enable()'s, over DecodeConfig's
 # defaults); each call fills in what its generation_config says.
@@ -278,12 +282,14 @@ def _generate_cache(model_kwargs: dict) -> Any:
 
 def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
     """The native loop's options for a generate() call: enable()'s, and what
-    its generation_config asks for (what it leaves unset, such as
-    max_matching_ngram_size, keeps DecodeConfig's default)."""
-    ngram = config.max_matching_ngram_size
+    its generation_config asks for. A max_matching_ngram_size it leaves
+    unset (None, or 0) is transformers' default, 2, as generate() gives its
+    own PromptLookupCandidateGenerator (not DecodeConfig's 3) -- or
+    enable()'s min_ngram_size where that is larger."""
+    unset = max(TRANSFORMERS_MAX_MATCHING_NGRAM_SIZE, _options.get("min_ngram_size", 1))
     return DecodeConfig(**{
         **_options,
-        **({"max_matching_ngram_size": ngram} if ngram else {}),
+        "max_matching_ngram_size": config.max_matching_ngram_size or unset,
         "max_new_tokens": budget,
         "prompt_lookup_num_tokens": config.prompt_lookup_num_tokens,
         "eos_token_id": getattr(config, "_eos_token_tensor", None),
@@ -317,7 +323,10 @@ def enable(**options: Any) -> None:
     ``options`` are :class:`pld.config.DecodeConfig` fields that a
     generate() call does not set itself (``cost_aware``, ``linear_kernel``,
     ``adaptive``, ``policy``, ``min_ngram_size``, ``semantics``); they are
-    validated now and hold until the next enable() or disable().
+    validated now and hold until the next enable() or disable(). The call
+    itself gives the draft length (``prompt_lookup_num_tokens``) and the
+    largest n-gram (``max_matching_ngram_size``; unset: 2, transformers'
+    default, where pld.generate's is 3; or ``min_ngram_size`` if larger).
 
     ``cost_aware`` (default on): the native loop verifies the draft tokens
     whose expected gain pays for the wider forward (pld.width_budget: the

@@ -564,3 +564,85 @@ def test_use_cache_false_behaves_as_transformers(caplog):
     assert str(pld_error.value) == str(plain_error.value)
     records = _pld_warnings(caplog)
     assert len(records) == 1 and "cache" in records[0].getMessage()
+
+
+# ============================================================ transformers' defaults
+def _generation_config(**kw):
+    from transformers import GenerationConfig
+
+    return GenerationConfig(prompt_lookup_num_tokens=kw.pop("k", 6), **kw)
+
+
+@pytest.mark.parametrize("given,expected", [(None, 2), (0, 2), (1, 1), (3, 3), (5, 5)])
+def test_unset_max_matching_ngram_size_is_transformers_default(given, expected):
+    """A generate() call that leaves max_matching_ngram_size unset looks up
+    n-grams of at most 2, as transformers gives its own generator
+    (``generation_config.max_matching_ngram_size or 2``), not DecodeConfig's
+    3; a value the call gives is kept."""
+    from pld import hf
+
+    options = hf._decode_config(_generation_config(max_matching_ngram_size=given), budget=10, want_dict=False)
+    assert (options.max_matching_ngram_size, options.prompt_lookup_num_tokens) == (expected, 6)
+
+
+def test_unset_max_matching_ngram_size_is_at_least_enables_min_ngram_size():
+    import pld
+    from pld import hf
+
+    pld.enable(min_ngram_size=3)
+    options = hf._decode_config(_generation_config(), budget=10, want_dict=False)
+    assert (options.min_ngram_size, options.max_matching_ngram_size) == (3, 3)
+    pld.enable(min_ngram_size=1)
+    assert hf._decode_config(_generation_config(), budget=10, want_dict=False).max_matching_ngram_size == 2
+
+
+def test_generate_under_enable_looks_up_as_transformers_does(monkeypatch):
+    """model.generate(prompt_lookup_num_tokens=k) under pld.enabled(): with
+    max_matching_ngram_size unset the loop's index looks up 2-grams at
+    most, as transformers' PromptLookupCandidateGenerator does: with
+    semantics="transformers" each step drafts what transformers' own
+    generator (its defaults) proposes there. An explicit value is kept.
+    The tokens are plain greedy's either way."""
+    import inspect
+
+    import torch
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator as HFGenerator
+
+    import pld
+    from pld import loop
+
+    model = mf.tiny_model("llama")
+    # the suffix (7, 5, 6): its 2-gram (5, 6) first continues 11..14, the 3-gram 21..24
+    ids = mf.as_ids([5, 6, 11, 12, 13, 14, 7, 5, 6, 21, 22, 23, 24, 30, 31, 7, 5, 6])
+    seen, steps = [], []
+    real_run = loop.run
+
+    def spy(m, input_ids, config=None, **kw):
+        seen.append(config)
+        return real_run(m, input_ids, config, on_step=steps.append, **kw)
+
+    monkeypatch.setattr(loop, "run", spy)
+    kw = dict(do_sample=False, max_new_tokens=12, prompt_lookup_num_tokens=4)
+    with torch.no_grad():
+        plain = model.generate(ids, do_sample=False, max_new_tokens=12)
+        with pld.enabled(cost_aware=False, semantics="transformers"):
+            unset = model.generate(ids, **kw)
+            first_steps = list(steps)
+            explicit = model.generate(ids, max_matching_ngram_size=3, **kw)
+    assert [c.max_matching_ngram_size for c in seen] == [2, 3]
+    assert [c.prompt_lookup_num_tokens for c in seen] == [4, 4]
+    assert inspect.signature(HFGenerator).parameters["max_matching_ngram_size"].default == 2
+    assert unset.tolist() == explicit.tolist() == plain.tolist()
+    limit = ids.shape[1] + 12
+    at, sequence, drafted = ids.shape[1], unset[0].tolist(), 0
+    for step in first_steps:
+        hf_gen = HFGenerator(num_output_tokens=4, max_length=limit)
+        candidates, _ = hf_gen.get_candidates(torch.tensor([sequence[:at]]))
+        # (near the budget's end pld drafts no more than can still be kept)
+        expected = candidates[0, at:at + max(0, limit - at - 1)].tolist()
+        draft = [step.tree.tokens[i] for i in step.chosen] if step.tree is not None else []
+        assert draft == expected, (at, step)
+        assert all(n <= 2 for n in (step.tree.ngrams if step.tree is not None else []))
+        drafted += len(draft)
+        at += len(step.tokens)
+    assert drafted > 0 and first_steps[0].tree.tokens[:4] == [11, 12, 13, 14]
