@@ -376,13 +376,19 @@ def disable() -> None:
 
 
 def is_enabled() -> bool:
+    """Whether pld is switched on now: a plain function returning a bool
+    (``if pld.is_enabled(): ...``). Not to be confused with
+    :func:`enabled`, the context manager that switches it on for a block."""
     return bool(_original)
 
 
 @contextlib.contextmanager
 def enabled(**options: Any) -> Iterator[None]:
-    """``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``
-    (options as for :func:`enable`)."""
+    """A context manager that switches pld on for a ``with`` block and puts
+    back what was there before (``with pld.enabled(): model.generate(...,
+    prompt_lookup_num_tokens=10)``; options as for :func:`enable`). It does
+    not answer whether pld is on: that is :func:`is_enabled` (``if
+    pld.enabled():`` is always true, as any object is)."""
     # (stacklevel: the warning names the `with` line, through contextlib's __enter__)
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.enabled()", stacklevel=3)
     was, before = is_enabled(), dict(_options)

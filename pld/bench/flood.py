@@ -32,9 +32,8 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 
+from ..config import POLICIES
 from .lookup import load_build, machine_info, versions
-
-POLICIES = ("first", "recent", "frequent")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

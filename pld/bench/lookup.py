@@ -82,6 +82,8 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..config import POLICIES
+
 DEFAULT_SIZES = (512, 2048, 8192, 32768, 131072, 1048576)
 QUICK_SIZES = (512, 2048, 8192)
 K = 10          # num_pred_tokens
@@ -93,7 +95,6 @@ M_HF = "transformers"
 M_DICT = "python_dict_index"
 M_FIND = "pld.find_candidate_pred_tokens"
 M_IDX = "pld.NgramIndex[{}]"
-POLICIES = ("first", "recent", "frequent")
 IDX_FIRST = M_IDX.format("first")
 IDX_OUT = IDX_FIRST + ", out=buffer"
 M_TREE = "pld.NgramIndex[recent].propose_tree + 2 guesses"
