@@ -300,7 +300,7 @@ def model():
 @torch_test
 @pytest.mark.parametrize("old,new,value", DECODE_RENAMES)
 def test_generate_old_name_warns_and_gives_the_same_output(model, old, new, value):
-    kw = dict(max_new_tokens=12, eos_token_id=None)
+    kw = dict(max_new_tokens=12, eos_token_id=None, cost_aware=False)  # (every draft verified)
     steps_old, steps_new = [], []
     with pytest.warns(DeprecationWarning) as record:
         old_gen = pld.generate(model, _ids(), on_step=steps_old.append, **kw, **{old: value})
@@ -320,7 +320,7 @@ def test_generate_old_name_changes_the_draft():
     steps = []
     with pytest.warns(DeprecationWarning):
         pld.generate(model, _ids(), max_new_tokens=12, eos_token_id=None, num_pred_tokens=1,
-                     on_step=steps.append)
+                     cost_aware=False, on_step=steps.append)
     assert steps and max(s.proposed for s in steps) == 1
 
 
