@@ -18,8 +18,10 @@ TEXTS = ["Summarize: the quick brown fox jumps over 12 lazy dogs.",
 
 @pytest.fixture(scope="module")
 def loads(tmp_path_factory, one_thread):  # noqa: F811
-    """(first load, which reads the GGUF and writes the cache; second load;
-    the sources transformers was asked to read, in order)."""
+    """A broken cache folder, then two loads: the first finds the folder
+    broken, reads the GGUF and mends it; the second reads the mended
+    folder. (first, second, the sources transformers was asked to read in
+    order, the folder, the warnings logged)."""
     import transformers
 
     from pld import models
@@ -27,19 +29,29 @@ def loads(tmp_path_factory, one_thread):  # noqa: F811
     mp = pytest.MonkeyPatch()
     mp.setenv("PLD_CACHE", str(tmp_path_factory.mktemp("cache")))
     mp.delenv("PLD_MODEL_CACHE", raising=False)
-    sources = []
+    folder = models.embedded_cache_folder("float32")
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{ not json")
+    sources, warnings = [], []
     real = transformers.AutoModelForCausalLM.from_pretrained
 
     def spy(source, *args, **kwargs):
         sources.append((str(source), kwargs.get("gguf_file")))
         return real(source, *args, **kwargs)
 
+    class Catch(logging.Handler):
+        def emit(self, record):
+            warnings.append(record.getMessage())
+
+    handler = Catch(logging.WARNING)
+    logging.getLogger("pld").addHandler(handler)
     mp.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
     try:
         first = models.load()
         second = models.load()
-        yield first, second, list(sources), models.embedded_cache_folder("float32")
+        yield first, second, list(sources), folder, warnings
     finally:
+        logging.getLogger("pld").removeHandler(handler)
         mp.undo()
 
 
@@ -64,11 +76,18 @@ def _same_tokenizer(a, b):
         assert getattr(a, name) == getattr(b, name), name
 
 
+def test_a_broken_cache_is_read_again_from_the_gguf_and_mended(loads):
+    _, _, sources, folder, warnings = loads
+    assert sources[0] == (str(folder), None)  # the broken folder first
+    assert sources[1][1] is not None  # then the GGUF
+    assert any("does not load" in w for w in warnings), warnings
+    assert (folder / "model.safetensors").is_file()
+
+
 def test_the_second_load_reads_the_cached_folder_and_gets_the_same_model(loads):
-    (m1, t1), (m2, t2), sources, folder = loads
-    assert sources[0][1] is not None  # the GGUF first
-    assert sources[1] == (str(folder), None)  # then the folder, no GGUF
-    assert (folder / "model.safetensors").is_file() and not m2.training
+    (m1, t1), (m2, t2), sources, folder, _ = loads
+    assert sources[2:] == [(str(folder), None)]  # the mended folder, no GGUF
+    assert not m2.training
     _same_model(m1, m2)
     _same_tokenizer(t1, t2)
     assert t2.eos_token == "<|im_end|>"
@@ -83,25 +102,10 @@ def test_the_key_changes_with_the_dtype_and_the_cache_can_be_turned_off(loads, m
     assert models.embedded_cache_folder("float32") is None
 
 
-def test_a_broken_cache_is_read_again_from_the_gguf_and_mended(loads, caplog, monkeypatch):
-    from pld import models
-
-    (m1, t1), _, _, folder = loads
-    monkeypatch.setenv("PLD_CACHE", str(folder.parent))
-    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
-    with caplog.at_level(logging.WARNING, logger="pld"):
-        m3, t3 = models.load()
-    assert "does not load" in caplog.text
-    _same_model(m1, m3)
-    _same_tokenizer(t1, t3)
-    m4, _ = models.load()  # the mended folder
-    _same_model(m1, m4)
-
-
 def test_a_cache_that_cannot_be_written_keeps_the_model(loads, tmp_path, caplog):
     from pld import models
 
-    (m1, t1), _, _, _ = loads
+    (m1, t1), _, _, _, _ = loads
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     with caplog.at_level(logging.WARNING, logger="pld"):
