@@ -21,7 +21,8 @@ def test_builtin_run_then_resume(tmp_path, capsys):
     from pld.bench.__main__ import main
     from pld.bench.tasks import TASKS
 
-    argv = ["--limit", "1", "--max-new-tokens", "6", "--out", str(tmp_path), "--no-progress"]
+    argv = ["--limit", "1", "--max-new-tokens", "6", "--prompt-chars", "600", "--out", str(tmp_path),
+            "--no-progress"]
     assert main(argv) == 0
     rows = _rows(tmp_path)
     turns = len(TASKS) + 1  # chat has two
@@ -48,6 +49,8 @@ def test_builtin_run_then_resume(tmp_path, capsys):
     for label in ("summarization", "rag", "chat (turn 1)", "chat (turn 2)", "code", "translation"):
         assert f"| {label} | pld |" in table
     assert "SmolLM2-135M-Instruct" in table and "torch " in table and "transformers " in table
+    assert "cut to 600 characters a turn" in table
+    assert all(r["prompt_tokens"] < 400 for r in rows if r["turn"] == 1)  # (600 characters, the template)
     for png in ("speedup_by_task.png", "chat_categories.png", "chat_turns.png"):
         assert (tmp_path / png).stat().st_size > 5000
     assert table in capsys.readouterr().out
@@ -75,7 +78,7 @@ def test_batch_run_compares_at_the_same_batch_size(tmp_path, capsys):
     built-in prompts (embedded model); every row identical to greedy's."""
     from pld.bench.__main__ import main
 
-    argv = ["--limit", "2", "--tasks", "summarization,code", "--max-new-tokens", "8",
+    argv = ["--limit", "2", "--tasks", "summarization,code", "--max-new-tokens", "8", "--prompt-chars", "600",
             "--batch-size", "2", "--out", str(tmp_path), "--no-progress"]
     assert main(argv) == 0
     with open(tmp_path / "batch_results.jsonl") as fh:

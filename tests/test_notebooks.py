@@ -33,6 +33,7 @@ def test_runs_clean(path, tmp_path, monkeypatch):
 
     monkeypatch.setenv("PLD_NB_LIMIT", "1")
     monkeypatch.setenv("PLD_NB_MAX_NEW_TOKENS", "8")
+    monkeypatch.setenv("PLD_NB_PROMPT_CHARS", "600")
     monkeypatch.setenv("PLD_NB_OUT", str(tmp_path / "out"))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

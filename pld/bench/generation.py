@@ -21,6 +21,7 @@ greedy, and the mean tokens gained per verification step for prompt lookup.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -46,6 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="default",
                    help="'default', 'all' or names from: " + ", ".join(registry.REGISTRY))
     p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--prompt-chars", type=int, default=0,
+                   help="cut each user turn to its first N characters, for a quick run (default 0: whole)")
     p.add_argument("--num-pred-tokens", type=int, default=10, help="draft length k (default 10)")
     p.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched (default 3)")
     p.add_argument("--model", default=None, help="a local folder, a .gguf file or a Hub id "
@@ -114,6 +117,10 @@ def _prompts(args: argparse.Namespace) -> List[Any]:
     prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
     if not prompts:
         raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
+    if args.prompt_chars < 0:
+        raise SystemExit(f"python -m pld bench: --prompt-chars must be >= 0, got {args.prompt_chars}")
+    if args.prompt_chars:
+        prompts = [dataclasses.replace(p, turns=tuple(t[:args.prompt_chars] for t in p.turns)) for p in prompts]
     if args.batch_size < 1:
         raise SystemExit(f"python -m pld bench: --batch-size must be >= 1, got {args.batch_size}")
     return prompts
@@ -122,11 +129,13 @@ def _prompts(args: argparse.Namespace) -> List[Any]:
 def _config(args: argparse.Namespace, device: str, embedded_name: str) -> Dict[str, Any]:
     """The run's configuration: what a results row must have been made
     under to be resumed (its sha1 prefix is the rows' "config"), and the
-    report's caption. --skip and --batch-size appear only when not default."""
+    report's caption. --skip, --prompt-chars and --batch-size appear only
+    when not default."""
     return {"source": args.source, "model": args.model or embedded_name, "dtype": args.dtype,
             "device": device, "max_new_tokens": args.max_new_tokens,
             "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram,
             **({"skip": args.skip} if args.skip else {}),
+            **({"prompt_chars": args.prompt_chars} if args.prompt_chars else {}),
             **({"batch_size": args.batch_size} if args.batch_size > 1 else {})}
 
 

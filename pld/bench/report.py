@@ -145,9 +145,10 @@ def caption(config: Dict[str, Any], torch: Any, model: Any) -> str:
         machine = torch.cuda.get_device_name(torch.device(device))
     else:
         machine = f"{_cpu_name()}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    cut = f" cut to {config['prompt_chars']} characters a turn" if config.get("prompt_chars") else ""
     return (f"{config['model']}, {config['dtype']}, {device} ({machine}); greedy, k={config['num_pred_tokens']}, "
             f"max n-gram {config['max_ngram']}, <= {config['max_new_tokens']} new tokens; "
-            f"{config['source']} prompts; torch {torch.__version__}, transformers {transformers.__version__}, "
+            f"{config['source']} prompts{cut}; torch {torch.__version__}, transformers {transformers.__version__}, "
             f"pld {pld.__version__}, Python {platform.python_version()}")
 
 
