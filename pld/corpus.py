@@ -71,7 +71,8 @@ import sys
 import tempfile
 import threading
 import warnings
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core, _renamed
 from .acceptance_buckets import LAYOUT, is_bucket
@@ -479,30 +480,76 @@ class Corpus:
             return ValueError(f"corpus file {path!r}: {what}")
 
         data = _read_regular_file(path, _MAX_FILE, bad)
-        size = len(data)
-        if size < _PREFIX.size + _DIGEST:
-            raise bad(f"truncated: {size} bytes")
-        magic, version, hlen = _PREFIX.unpack_from(data, 0)
-        if magic != MAGIC:
-            raise bad("not a pld corpus file (wrong magic)")
-        if version != VERSION:
-            raise bad(f"unsupported version {version} (this pld reads version {VERSION})")
-        if hlen > _MAX_HEADER or _PREFIX.size + hlen + _DIGEST > size:
-            raise bad(f"header length {hlen} runs past the end of the file ({size} bytes): truncated?")
-        if hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
-            raise bad("checksum mismatch: the file is corrupt or truncated")
-        try:
-            text = data[_PREFIX.size:_PREFIX.size + hlen].decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise bad(f"unreadable header ({e})") from None
-        if _json_depth(text) > _MAX_HEADER_DEPTH:
-            raise bad(f"the header nests deeper than {_MAX_HEADER_DEPTH} levels")
-        try:
-            header = json.loads(text)
-        except (ValueError, RecursionError) as e:
-            raise bad(f"unreadable header ({type(e).__name__}: {str(e)[:200]})") from None
-        if not isinstance(header, dict):
-            raise bad("the header is not a JSON object")
+        header, body = _read_header(data, bad)
+        f = _FileSettings.of(header, bad)
+        lengths, tokens = _read_sequences(data, body, f, bad)
+        del data
+        corpus = cls(f.max_tokens, min_ngram_size=f.min_ngram, max_ngram_size=f.max_ngram,
+                     segments=f.segments, fingerprint=f.fingerprint, seed=seed)
+        view, at = memoryview(tokens), 0
+        for n in lengths:
+            corpus._core.add(view[at:at + n])
+            at += n
+        if (len(corpus) != f.n_tokens or corpus.num_sequences != f.n_sequences
+                or corpus._core.segments_used != f.segments_used):
+            raise bad("the sequences do not fit the corpus's bounds")
+        corpus._evicted_base = f.evicted
+        corpus._signature, corpus._vocab_size = f.signature, f.vocab
+        if f.vocab is not None:  # (the ids were checked against it)
+            corpus._core._bind_vocab(f.vocab, True)
+        corpus._trust = _read_trust(header.get("trust"), bad, path)
+        return corpus
+
+
+def _read_header(data: bytes, bad: Callable[[str], ValueError]) -> Tuple[dict, int]:
+    """A corpus file's JSON header, and where its body starts, after the
+    magic, the version, the lengths and the checksum are checked."""
+    size = len(data)
+    if size < _PREFIX.size + _DIGEST:
+        raise bad(f"truncated: {size} bytes")
+    magic, version, hlen = _PREFIX.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise bad("not a pld corpus file (wrong magic)")
+    if version != VERSION:
+        raise bad(f"unsupported version {version} (this pld reads version {VERSION})")
+    if hlen > _MAX_HEADER or _PREFIX.size + hlen + _DIGEST > size:
+        raise bad(f"header length {hlen} runs past the end of the file ({size} bytes): truncated?")
+    if hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
+        raise bad("checksum mismatch: the file is corrupt or truncated")
+    try:
+        text = data[_PREFIX.size:_PREFIX.size + hlen].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(f"unreadable header ({e})") from None
+    if _json_depth(text) > _MAX_HEADER_DEPTH:
+        raise bad(f"the header nests deeper than {_MAX_HEADER_DEPTH} levels")
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise bad(f"unreadable header ({type(e).__name__}: {str(e)[:200]})") from None
+    if not isinstance(header, dict):
+        raise bad("the header is not a JSON object")
+    return header, _PREFIX.size + hlen
+
+
+@dataclass(frozen=True)
+class _FileSettings:
+    """A corpus file header's fields, each checked against the limits."""
+
+    max_tokens: int
+    min_ngram: int
+    max_ngram: int
+    segments: int
+    n_sequences: int
+    n_tokens: int
+    token_bytes: int
+    segments_used: int
+    evicted: int
+    vocab: Optional[int]
+    signature: Any
+    fingerprint: Optional[str]
+
+    @classmethod
+    def of(cls, header: dict, bad: Callable[[str], ValueError]) -> "_FileSettings":
         h = _Header(header, bad)
         max_tokens = h.int("max_tokens", 1, _core.CORPUS_MAX_TOKENS)
         min_ngram = h.int("min_ngram", 1, _core.MAX_NGRAM)
@@ -515,12 +562,9 @@ class Corpus:
             raise bad(f"token_bytes must be 4 or 8, got {tb}")
         used = h.int("segments_used", 0, segments)
         evicted = h.int("evicted", 0, (1 << 64) - 1)
-        vocab = header.get("vocab_size")
-        if vocab is not None:
-            vocab = h.int("vocab_size", 1, (1 << 63) - 1)
-        sig = header.get("signature")
+        vocab = None if header.get("vocab_size") is None else h.int("vocab_size", 1, (1 << 63) - 1)
         try:
-            sig = None if sig is None else _signature(sig)
+            sig = None if header.get("signature") is None else _signature(header["signature"])
         except TypeError as e:
             raise bad(f"bad signature ({e})") from None
         if (sig is None) != (vocab is None):
@@ -528,44 +572,35 @@ class Corpus:
         fp = header.get("fingerprint")
         if fp is not None and not isinstance(fp, str):
             raise bad("fingerprint must be a string or null")
-        body = _PREFIX.size + hlen
-        want = body + 4 * n_seq + tb * n_tok + _DIGEST
-        if want != size:
-            raise bad(f"sizes do not add up: the header says {n_seq} sequences and {n_tok} "
-                      f"tokens of {tb} bytes ({want} bytes in all), the file has {size}")
-        lengths = array.array(_typecode(4, signed=False))
-        lengths.frombytes(data[body:body + 4 * n_seq])
-        tokens = array.array(_typecode(tb, signed=True))
-        tokens.frombytes(data[body + 4 * n_seq:size - _DIGEST])
-        del data
-        if _BIG_ENDIAN:
-            lengths.byteswap()
-            tokens.byteswap()
-        if any(n < 1 or n > max_tokens for n in lengths):
-            raise bad("a sequence length is 0 or beyond max_tokens")
-        if sum(lengths) != n_tok:
-            raise bad(f"the sequence lengths add up to {sum(lengths)} tokens, the header says {n_tok}")
-        if n_tok and _min(tokens) < 0:
-            raise bad(f"negative token id {_min(tokens)}")
-        top = _max(tokens)
-        if vocab is not None and top >= vocab:
-            raise bad(f"token id {top} is beyond the vocabulary of {vocab} ids it is bound to")
-        if _segments_used(lengths, max_tokens, segments) != used:
-            raise bad("the sequences do not make the segments the header says")
-        corpus = cls(max_tokens, min_ngram_size=min_ngram, max_ngram_size=max_ngram, segments=segments,
-                     fingerprint=fp, seed=seed)
-        view, at = memoryview(tokens), 0
-        for n in lengths:
-            corpus._core.add(view[at:at + n])
-            at += n
-        if len(corpus) != n_tok or corpus.num_sequences != n_seq or corpus._core.segments_used != used:
-            raise bad("the sequences do not fit the corpus's bounds")
-        corpus._evicted_base = evicted
-        corpus._signature, corpus._vocab_size = sig, vocab
-        if vocab is not None:  # (the ids were checked against it above)
-            corpus._core._bind_vocab(vocab, True)
-        corpus._trust = _read_trust(header.get("trust"), bad, path)
-        return corpus
+        return cls(max_tokens, min_ngram, max_ngram, segments, n_seq, n_tok, tb, used, evicted, vocab, sig, fp)
+
+
+def _read_sequences(data: bytes, body: int, f: _FileSettings,
+                    bad: Callable[[str], ValueError]) -> Tuple[array.array, array.array]:
+    """The body's sequence lengths and tokens, checked against the header."""
+    size, n_seq, n_tok, tb = len(data), f.n_sequences, f.n_tokens, f.token_bytes
+    want = body + 4 * n_seq + tb * n_tok + _DIGEST
+    if want != size:
+        raise bad(f"sizes do not add up: the header says {n_seq} sequences and {n_tok} "
+                  f"tokens of {tb} bytes ({want} bytes in all), the file has {size}")
+    lengths = array.array(_typecode(4, signed=False))
+    lengths.frombytes(data[body:body + 4 * n_seq])
+    tokens = array.array(_typecode(tb, signed=True))
+    tokens.frombytes(data[body + 4 * n_seq:size - _DIGEST])
+    if _BIG_ENDIAN:
+        lengths.byteswap()
+        tokens.byteswap()
+    if any(n < 1 or n > f.max_tokens for n in lengths):
+        raise bad("a sequence length is 0 or beyond max_tokens")
+    if sum(lengths) != n_tok:
+        raise bad(f"the sequence lengths add up to {sum(lengths)} tokens, the header says {n_tok}")
+    if n_tok and _min(tokens) < 0:
+        raise bad(f"negative token id {_min(tokens)}")
+    if f.vocab is not None and n_tok and _max(tokens) >= f.vocab:
+        raise bad(f"token id {_max(tokens)} is beyond the vocabulary of {f.vocab} ids it is bound to")
+    if _segments_used(lengths, f.max_tokens, f.segments) != f.segments_used:
+        raise bad("the sequences do not make the segments the header says")
+    return lengths, tokens
 
 
 def _count(v: Any) -> Optional[float]:
