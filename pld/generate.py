@@ -85,13 +85,11 @@ def generate(
 ) -> Generation:
     """Generate with prompt lookup on a decoder-only transformers model.
 
-    The options are those of :class:`pld.config.DecodeConfig`, as keywords
+    The options are :class:`pld.config.DecodeConfig`'s, as keywords
     (``max_new_tokens=128, prompt_lookup_num_tokens=10,
-    max_matching_ngram_size=3, do_sample, temperature, top_k, top_p,
-    eos_token_id, cost_aware, linear_kernel``...) or as a ``config``; the
-    draft length and the largest n-gram take transformers' names (the old
-    ``num_pred_tokens``/``max_ngram_size`` still work for one release, with
-    a DeprecationWarning). Greedy (``do_sample=False``) gives exactly the
+    max_matching_ngram_size=3, do_sample, temperature, eos_token_id``...)
+    or as a ``config`` (the old ``num_pred_tokens``/``max_ngram_size`` work
+    for one release, with a DeprecationWarning). Greedy (``do_sample=False``) gives exactly the
     tokens of greedy decoding (in float32; half precision can flip
     near-ties because the verification forward is wider). Sampling keeps
     the model's distribution. ``eos_token_id`` defaults to the model's
@@ -99,12 +97,10 @@ def generate(
     receives every step's StepRecord (proposed, accepted, tokens) as it
     happens. ``cost_aware`` (default on) verifies the draft tokens whose
     expected gain pays for the wider forward on this machine
-    (pld.width_budget); the output is the same either way.
-    ``linear_kernel``: the matrix product of the linear layers (pld.linear_kernel).
-
-    Memory follows the output. ``attention_mask``: a tensor, list or
-    array like input_ids. A wrong type or value raises an error naming
-    the argument, as does a model without a KV cache.
+    (pld.width_budget); the output is the same either way. Memory follows
+    the output. ``attention_mask``: a tensor, list or array like input_ids.
+    A wrong type or value, or a model without a KV cache, raises an error
+    naming the argument.
     """
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.generate()")
     config = (config or DecodeConfig()).replace(**options)
@@ -117,7 +113,7 @@ def generate(
             sequences, rows, stats = loop.run_batch(model, ids, config, attention_mask=mask,
                                                     logits_processor=processors, stopping_criteria=criteria)
         return Generation(sequences=sequences, prompt_length=input_ids.shape[1], stats=stats, rows=rows)
-    if streamer is not None:  # the streamer protocol of generate(): the prompt first
+    if streamer is not None:  # the streamer protocol of generate(): the prompt first, end() last
         streamer.put(input_ids.cpu())
     with torch.no_grad():
         result = loop.run(model, ids, config, attention_mask=mask, logits_processor=processors,

@@ -128,8 +128,7 @@ def run(
     whose logits pld's 4D masks would change (:func:`masks_blocker`) to
     its rows one at a time.
     """
-    _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.loop.run()")
-    config = resolve_config(model, config, options)
+    config = resolve_config(model, config, _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.loop.run()"))
     if config.corpus is not None:
         bind_corpus(model, config.corpus)
     if input_ids.shape[0] > 1:

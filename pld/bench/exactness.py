@@ -118,26 +118,40 @@ def check_model(model: Any, prompts: List[List[int]], pad: int, new: int = NEW,
         out = generate(one, do_sample=False, prompt_lookup_num_tokens=10)[0, one.shape[1]:].tolist()
         return out[:new] == alone[0]
 
-    def repeats():
-        runs = []
-        forked = [device.index or 0] if device.type == "cuda" else []
-        with torch.random.fork_rng(devices=forked):  # (the caller's RNG states come back)
-            for _ in range(2):
-                torch.manual_seed(11)
-                runs.append(pld.generate(model, one, max_new_tokens=12, eos_token_id=None, do_sample=True,
-                                         temperature=0.8).new_tokens)
-        return runs[0] == runs[1] and len(runs[0]) == 12
-
-    def untouched():
-        before = _rng_states(device)
-        pld.generate(model, one, max_new_tokens=new, eos_token_id=None, draft_tree=True)
-        return all(torch.equal(a, b) for a, b in zip(before, _rng_states(device)))
-
     checks = {"pld.generate": with_pld, "draft_tree": lambda: with_pld(draft_tree=True), "enable": enabled,
-              "batch": batch, "transformers": transformers_own, "sampling repeats": repeats,
-              "rng untouched": untouched}
+              "batch": batch, "transformers": transformers_own,
+              "sampling repeats": lambda: _sampling_repeats(model, one),
+              "rng untouched": lambda: _rng_untouched(model, one, new)}
     return {name: _outcome(fn) if (sampling or name != "sampling repeats") else "not run"
             for name, fn in checks.items()}
+
+
+def _sampling_repeats(model: Any, one: Any) -> bool:
+    """Two seeded sampling runs of pld.generate give the same 12 tokens
+    (the caller's RNG states come back after)."""
+    import torch
+
+    import pld
+
+    runs = []
+    forked = [one.device.index or 0] if one.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=forked):
+        for _ in range(2):
+            torch.manual_seed(11)
+            runs.append(pld.generate(model, one, max_new_tokens=12, eos_token_id=None, do_sample=True,
+                                     temperature=0.8).new_tokens)
+    return runs[0] == runs[1] and len(runs[0]) == 12
+
+
+def _rng_untouched(model: Any, one: Any, new: int) -> bool:
+    """A greedy tree run leaves every RNG state of the device as it was."""
+    import torch
+
+    import pld
+
+    before = _rng_states(one.device)
+    pld.generate(model, one, max_new_tokens=new, eos_token_id=None, draft_tree=True)
+    return all(torch.equal(a, b) for a, b in zip(before, _rng_states(one.device)))
 
 
 def _zoo(args: argparse.Namespace, device: str, lines: _PldLines) -> Dict[str, Any]:

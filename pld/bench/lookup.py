@@ -78,7 +78,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -984,6 +984,20 @@ def corpus_stream(n_tokens: int, seed: int = 0, vocab: int = 49152) -> List[np.n
     return [s for s in np.split(stream, cuts) if s.size]
 
 
+def _corpus_contexts(corpus: Any, seqs: List[Any], size: int, calls: int, seed: int) -> Tuple[list, list]:
+    """``calls`` contexts of 8 ids cut from the sequences held (drafts
+    found), and as many of ids above the vocabulary: no n-gram of these is
+    held, so such a call is the probes alone (every segment, every n)."""
+    rng = np.random.default_rng(seed + 1)
+    held = corpus.sequences() if size <= 1_000_000 else [s.tolist() for s in seqs[-2000:]]
+    contexts = []
+    for _ in range(calls):
+        s = held[int(rng.integers(len(held)))]
+        at = int(rng.integers(min(8, len(s)), len(s) + 1))
+        contexts.append(s[max(0, at - 8):at])
+    return contexts, rng.integers(49152, 49152 + 1_000_000, (calls, 8)).tolist()
+
+
 def time_corpus(size: int, calls: int, seed: int = 0) -> Dict:
     """One row of the corpus table: a pld.Corpus of `size` tokens (see
     corpus_stream), built untimed but for the build's wall time, then
@@ -996,16 +1010,7 @@ def time_corpus(size: int, calls: int, seed: int = 0) -> Dict:
     for s in seqs:
         corpus.add(s)
     build = time.perf_counter() - t0
-    rng = np.random.default_rng(seed + 1)
-    held = corpus.sequences() if size <= 1_000_000 else [s.tolist() for s in seqs[-2000:]]
-    contexts = []
-    for _ in range(calls):
-        s = held[int(rng.integers(len(held)))]
-        at = int(rng.integers(min(8, len(s)), len(s) + 1))
-        contexts.append(s[max(0, at - 8):at])
-    # ids above the vocabulary: no n-gram of these is held, so a call is
-    # the probes alone (every segment, every n)
-    misses = rng.integers(49152, 49152 + 1_000_000, (calls, 8)).tolist()
+    contexts, misses = _corpus_contexts(corpus, seqs, size, calls, seed)
     propose = corpus.propose_tree
     times, nodes, per_node, miss_times = [], 0, [], []
     for ctx in contexts[:50]:  # warm-up
