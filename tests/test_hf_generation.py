@@ -636,7 +636,8 @@ def test_generate_under_enable_looks_up_as_transformers_does(monkeypatch):
     limit = ids.shape[1] + 12
     at, sequence, drafted = ids.shape[1], unset[0].tolist(), 0
     for step in first_steps:
-        hf_gen = HFGenerator(num_output_tokens=4, max_length=limit)
+        # (an eos id no sequence holds: 4.57's generator needs one as a tensor)
+        hf_gen = HFGenerator(eos_token_id=torch.tensor([10**6]), num_output_tokens=4, max_length=limit)
         candidates, _ = hf_gen.get_candidates(torch.tensor([sequence[:at]]))
         # (near the budget's end pld drafts no more than can still be kept)
         expected = candidates[0, at:at + max(0, limit - at - 1)].tolist()
