@@ -32,14 +32,17 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
 
 def plain_copy(loaded: Any) -> Any:
     """``loaded``'s weights and generation config in a model built from its
-    config without the GGUF quantization record, which saves."""
+    config without the GGUF quantization record, which saves. The build's
+    random initialisation (overwritten) draws from a forked RNG: torch's
+    global one is left as it was."""
     import torch
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(loaded.config)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=next(loaded.parameters()).dtype)
+    with torch.random.fork_rng(devices=[]):
+        plain = AutoModelForCausalLM.from_config(config, dtype=next(loaded.parameters()).dtype)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = copy.deepcopy(loaded.generation_config)
     return plain

@@ -46,9 +46,14 @@ def loads(tmp_path_factory, one_thread):  # noqa: F811
     handler = Catch(logging.WARNING)
     logging.getLogger("pld").addHandler(handler)
     mp.setattr(transformers.AutoModelForCausalLM, "from_pretrained", spy)
+    import torch
+
     try:
+        rng = torch.random.get_rng_state()
         first = models.load()
         second = models.load()
+        # (the cold load builds a model to save; nothing may move torch's RNG)
+        assert torch.equal(rng, torch.random.get_rng_state()), "loading the model changed torch's RNG"
         yield first, second, list(sources), folder, warnings
     finally:
         logging.getLogger("pld").removeHandler(handler)
