@@ -18,8 +18,8 @@ __version__ = "0.1.0"
 
 _LAZY = {
     # these need torch and transformers, imported on first use
-    "enable": "hf", "disable": "hf", "enabled": "hf", "is_enabled": "hf",
-    "PromptLookupCandidateGenerator": "hf",
+    "enable": "from_generate", "disable": "from_generate", "enabled": "from_generate",
+    "is_enabled": "from_generate", "PromptLookupCandidateGenerator": "candidate_generator",
     "generate": "generate", "Generation": "generate",
     "Corpus": "corpus", "tokenizer_fingerprint": "corpus",
 }

@@ -7,8 +7,6 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from .config import DecodeConfig
-
 #: Warpers that treat each row on its own and never read input_ids: all of
 #: a row's verified positions go through them in one call.
 ROW_WISE_PROCESSORS = frozenset({
@@ -46,13 +44,6 @@ def check_left_padded(input_ids: torch.Tensor, attention_mask: Optional[torch.Te
         raise ValueError("attention_mask: a row has padding between tokens; batched prompt lookup needs "
                          "left padding (tokenizer.padding_side = 'left')")
     return mask
-
-
-def pad_id(pad_token_id: Optional[int], config: DecodeConfig) -> int:
-    """The id that fills finished rows: the given one, else the smallest eos id, else 0."""
-    if pad_token_id is not None:
-        return pad_token_id
-    return min(config.eos_token_id) if config.eos_token_id else 0
 
 
 def padded_sequences(input_ids: torch.Tensor, new: Sequence[Sequence[int]], pad: int) -> torch.Tensor:

@@ -13,7 +13,7 @@ import dataclasses
 import numbers
 import operator
 from dataclasses import dataclass
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from . import _renamed
 
@@ -56,6 +56,14 @@ def check_size(name: str, value: Any, minimum: int, maximum: int, why: str = "")
     if value > maximum:
         raise ValueError(f"{name} must be <= {maximum}{f' ({why})' if why else ''}, got {value}")
     return value
+
+
+def eos_at(tokens: Sequence[int], eos: Sequence[int]) -> Optional[int]:
+    """The index of the first eos token in ``tokens`` (None: there is none):
+    a row stops after it, and a draft is cut before it (nothing after an
+    eos is ever generated)."""
+    eos = set(eos)
+    return next((j for j, t in enumerate(tokens) if t in eos), None)
 
 
 def eos_ids(value: Any) -> Tuple[int, ...]:
@@ -111,12 +119,13 @@ def _sources(value: Any) -> Optional[Tuple[str, ...]]:
         value = (value,)
     if not hasattr(value, "__iter__") or not all(isinstance(v, str) for v in value):
         raise TypeError(f"draft_sources must be a list of names, got {type(value).__name__}")
-    from .drafts import REGISTRY
+    from .drafts import REGISTRY, check_memory
 
     names = tuple(dict.fromkeys(value))
     unknown = [n for n in names if n not in REGISTRY]
     if not names or unknown:
         raise ValueError(f"draft_sources: expected names from {tuple(REGISTRY)}, got {list(value)}")
+    check_memory(names)
     return names
 
 

@@ -38,9 +38,9 @@ import torch
 
 from . import accept_walk, drafts, forward_cost
 from .accept_walk import Picker, Walk, walk_row
-from .batch_inputs import ROW_WISE_PROCESSORS, check_left_padded, in_batch, pad_id, padded_sequences
-from .config import MAX_INDEX_TOKENS, MAX_TREE_WIDTH, DecodeConfig, check_size
-from .drafts.base import Proposal, cut_at_eos
+from .batch_inputs import ROW_WISE_PROCESSORS, in_batch, padded_sequences
+from .config import MAX_INDEX_TOKENS, MAX_TREE_WIDTH, DecodeConfig, check_size, eos_at
+from .drafts.base import DraftSource, Proposal
 from .records import LoopResult, LoopStats, StepRecord
 from .row_state import INITIAL_NEW_TOKENS, Row
 from .slot_table import SlotTable
@@ -48,8 +48,7 @@ from .token_tree import (CORPUS, AcceptanceModel, TokenTree, block_visibility, i
                          within_vocabulary)
 from .width_budget import CHAIN_EXPLORATION, NO_BUDGET, WidthBudget
 
-__all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESSORS", "INITIAL_NEW_TOKENS",
-           "eos_cut", "cut_at_eos"]
+__all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESSORS", "INITIAL_NEW_TOKENS"]
 
 
 @dataclass
@@ -74,27 +73,28 @@ def source_names(config: DecodeConfig) -> Tuple[str, ...]:
 
 
 class Decoder:
-    """A generation after ``input_ids`` ([B, L]; a batch left-padded per
-    ``attention_mask``) through ``model`` (a pld.hf_adapter adapter over an
-    empty cache) under ``config`` (eos resolved to ids). Call :meth:`step`
-    until it returns False, then :meth:`result`. ``acceptance`` and
-    ``budget`` replace the default acceptance model and width budget."""
+    """A generation after ``input_ids`` ([B, L]) through ``model`` (a
+    pld.hf_adapter adapter over the empty cache ``serving`` decided) with
+    ``sources`` (pld.drafts.build of ``serving.config``'s). Call
+    :meth:`step` until it returns False, then :meth:`result`.
+    ``acceptance`` and ``budget`` replace the default acceptance model and
+    width budget."""
 
-    def __init__(self, model: Any, input_ids: torch.Tensor, config: DecodeConfig, *,
-                 attention_mask: Optional[torch.Tensor] = None, logits_processor: Sequence[Any] = (),
-                 stopping_criteria: Sequence[Any] = (), streamer: Any = None, on_step: Any = None,
-                 pad_token_id: Optional[int] = None, acceptance: Optional[AcceptanceModel] = None,
+    def __init__(self, model: Any, input_ids: torch.Tensor, serving: Any, sources: Sequence[DraftSource], *,
+                 logits_processor: Sequence[Any] = (), stopping_criteria: Sequence[Any] = (),
+                 streamer: Any = None, on_step: Any = None, acceptance: Optional[AcceptanceModel] = None,
                  budget: Optional[WidthBudget] = None) -> None:
         self.t_start = time.perf_counter()
-        B, L = self._check_inputs(input_ids, config)
-        mask = check_left_padded(input_ids, attention_mask) if B > 1 else attention_mask
+        config = serving.config
+        B, L = self.check_inputs(input_ids, config)
+        mask = serving.mask
         self.model, self.config, self.input_ids = model, config, input_ids
         self.eos = tuple(config.eos_token_id)
-        self.vocab = model.vocab_size  # draft tokens must be ids the model embeds
+        self.vocab = serving.vocab  # draft tokens must be ids the model embeds
         self.processors = [in_batch(p, B) for p in logits_processor] + config.warpers()
         self.row_wise = all(type(p).__name__ in ROW_WISE_PROCESSORS for p in self.processors)
         self.criteria, self.streamer, self.on_step = list(stopping_criteria), streamer, on_step
-        self.sources = drafts.build(source_names(config), config)
+        self.sources = list(sources)
         policy = "recent" if any(s.branches for s in self.sources) else config.policy
         self.rows = [Row(r, input_ids[r:r + 1], None if mask is None else mask[r:r + 1].long(), config, policy)
                      for r in range(B)]
@@ -113,14 +113,15 @@ class Decoder:
             else WidthBudget(config.prompt_lookup_num_tokens, CHAIN_EXPLORATION))
         self.cost: Any = None  # c(w): learned (pld.forward_cost), or a fixed table
         self._wait = forward_cost.waiter(input_ids.device)
-        self.pad = pad_id(pad_token_id, config)
+        self.pad = serving.pad
         self.stats = LoopStats()
         self.done = False
         self.prefill = True
         self._t_forward = 0.0
 
     @staticmethod
-    def _check_inputs(input_ids: torch.Tensor, config: DecodeConfig) -> Tuple[int, int]:
+    def check_inputs(input_ids: torch.Tensor, config: DecodeConfig) -> Tuple[int, int]:
+        """(B, L) of ``input_ids``, or a ValueError naming what is wrong."""
         if input_ids.dim() != 2 or input_ids.shape[0] < 1 or input_ids.shape[1] < 1:
             raise ValueError(f"input_ids: expected shape [B, L] with B >= 1 and L >= 1, got {tuple(input_ids.shape)}")
         B, L = input_ids.shape
@@ -256,9 +257,7 @@ class Decoder:
 
         key = ("step", b, forward_cost.size_class(T), str(self.model.dtype), self.input_ids.device.type,
                self.config.linear_kernel, P)
-        with torch.no_grad():
-            return forward_cost.learned(self.model.model, key, probe, sorted({P, top}), clock=forward_cost.clock,
-                                        synchronize=self._wait)
+        return self.model.learned_cost(key, probe, sorted({P, top}), self._wait)
 
     # -- verify ----------------------------------------------------------------
     def _forward(self, nodes: List[List[int]], parents: List[List[int]], depths: List[List[int]]) -> torch.Tensor:
@@ -301,7 +300,8 @@ class Decoder:
         stops: through the first eos, within its budget, up to the first
         token after which a stopping criterion says stop (called after
         every new token, as plain decoding does)."""
-        keep, stop = eos_cut(w.tokens, self.eos)
+        at = eos_at(w.tokens, self.eos)
+        keep, stop = (len(w.tokens), False) if at is None else (at + 1, True)
         room = self.config.max_new_tokens - row.new_count
         if keep >= room:
             keep, stop = room, True
@@ -425,15 +425,6 @@ def _link_siblings(rows: List[Row], input_ids: torch.Tensor, mask: Optional[torc
     for group in groups.values():
         for row in group:
             row.siblings = [s for s in group if s is not row]
-
-
-def eos_cut(new: Sequence[int], eos: Sequence[int]) -> Tuple[int, bool]:
-    """How many of ``new`` to keep: through the first eos (and stop there)."""
-    eos = set(eos)
-    for j, t in enumerate(new):
-        if t in eos:
-            return j + 1, True
-    return len(new), False
 
 
 def _should_stop(criteria: Sequence[Any], ids: torch.Tensor, scores: Optional[torch.Tensor]) -> bool:

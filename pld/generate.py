@@ -9,6 +9,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _renamed, loop
+from .hf_adapter import cache_blocker
 from .config import DecodeConfig
 from .render import render_steps
 
@@ -170,7 +171,7 @@ def _check_model(model: Any) -> None:
         raise ValueError("model: encoder-decoder models are not supported; pld needs a decoder-only model")
     if not callable(model) or not callable(getattr(model, "parameters", None)):
         raise TypeError(f"model: expected a transformers causal LM (a torch.nn.Module), got {type(model).__name__}")
-    reason = loop.cache_blocker(model)
+    reason = cache_blocker(model)
     if reason is not None:
         raise ValueError(f"model: {type(model).__name__} cannot be used by pld.generate: {reason}; "
                          "prompt lookup verifies drafts against a KV cache it crops "

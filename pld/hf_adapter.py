@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
 from .attention_masks import layer_masks
+from .config import eos_ids
 from .gqa_attention import shared_kv_heads
 from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
 from .linear_kernel import LinearKernel
@@ -37,6 +39,8 @@ from .linear_kernel import LinearKernel
 #: The keyword a model's forward may take its KV cache under (5.24 and
 #: later: ``cache``; before: ``past_key_values``).
 CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+logger = logging.getLogger("pld")
 
 
 @dataclass(frozen=True)
@@ -266,6 +270,103 @@ def _fresh_cache(model: Any) -> Any:
     return OwnedCache(8, config=model.config, keep_sliding=True)
 
 
+# --------------------------------------------------------------- the decision
+
+@dataclass(frozen=True)
+class Serving:
+    """What the step needs to know of a model and a batch, decided once
+    before the first step (:func:`decide`).
+
+    ``config``: the run's options (eos resolved; linear drafts where a
+    token tree cannot be verified exactly). ``cache``: the empty cache the
+    run fills. ``mask``: the batch's padding mask [B, L] (bool, checked
+    left-padded; None: a row without one). ``pad``: the id finished rows
+    are filled with. ``vocab``: how many token ids the model embeds (None:
+    unknown). ``one_at_a_time``: why a batch's rows go through the loop
+    one at a time (pld's 4D masks would change its logits), else None.
+    """
+
+    traits: ModelTraits
+    config: Any
+    cache: Any
+    mask: Optional[torch.Tensor]
+    pad: int
+    vocab: Optional[int]
+    dtype: torch.dtype
+    one_at_a_time: Optional[str] = None
+
+
+def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cache: Any = None,
+           attention_mask: Optional[torch.Tensor] = None, pad_token_id: Optional[int] = None) -> Serving:
+    """Everything a run needs to know of ``model`` and the batch
+    ``input_ids`` ([B, L]) under ``config`` (a DecodeConfig, eos
+    resolved), once: a ValueError where the loop cannot serve the model or
+    the inputs are malformed; a warning where it serves them another
+    exact way (a batch's rows one at a time; linear drafts where
+    ``trees`` -- the sources draft trees -- cannot be verified exactly)."""
+    from .batch_inputs import check_left_padded
+
+    traits = model_traits(model)
+    if traits.reason is not None:
+        raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {traits.reason}")
+    B, L = input_ids.shape
+    mask = check_left_padded(input_ids, attention_mask) if B > 1 else attention_mask  # (a row: any 0/1 mask)
+    if config.corpus is not None:
+        bind_corpus(model, config.corpus)
+    eos = config.eos_token_id
+    pad = eos_ids(pad_token_id if pad_token_id is not None else getattr(
+        getattr(model, "generation_config", None), "pad_token_id", None)) or tuple(eos) or (0,)
+    serving = Serving(traits, config, cache, mask, pad[0], _input_vocabulary(model), _model_dtype(model))
+    masks = masks_blocker(model)
+    if B > 1 and masks is not None:
+        logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", B, type(model).__name__, masks)
+        return replace(serving, one_at_a_time=masks)
+    if cache is None:
+        cache = _loop_cache(model, B, L, config)
+    tree = masks or (None if callable(getattr(cache, "keep_last", None))
+                     else f"its cache ({type(cache).__name__}) cannot keep a tree's accepted path")
+    if trees and tree is not None:
+        logger.warning("pld: linear drafts instead of a token tree (%s: %s)", type(model).__name__, tree)
+        config = config.replace(draft_tree=False, draft_sources=None)
+    return replace(serving, config=config, cache=cache)
+
+
+def masks_blocker(model: Any) -> Optional[str]:
+    """Why pld's 4D masks (trees, batches with holes) cannot serve
+    ``model`` exactly, or None."""
+    attn = getattr(getattr(model, "config", None), "_attn_implementation", None) or "eager"
+    if attn not in ("eager", "sdpa"):
+        return f"its attention implementation ({attn}) takes no 4D attention mask"
+    return model_traits(model).custom_masks
+
+
+def _loop_cache(model: Any, batch: int, prompt_len: int, config: Any) -> Any:
+    """The run's cache when the caller gives none: pld.kv_cache's, with
+    room for the prompt, the first stretch of output and a draft or two (it
+    doubles as the output grows); sliding-window layers kept whole, since
+    the masks apply the windows and a crop never loses a state."""
+    from .kv_cache import cache_for
+    from .row_state import INITIAL_NEW_TOKENS
+
+    draft = config.prompt_lookup_num_tokens + 1
+    room = min(config.max_new_tokens, INITIAL_NEW_TOKENS) + draft * (2 if batch > 1 else 1)
+    return cache_for(model, capacity=prompt_len + room, keep_sliding=True)
+
+
+def bind_corpus(model: Any, corpus: Any) -> None:
+    """Check that ``corpus`` (a pld.Corpus) holds ids of this model's
+    tokenizer: none beyond its vocabulary, and the model's signature
+    (vocabulary size and special ids) the one it was first used with;
+    a ValueError says which."""
+    from .corpus import model_signature
+
+    config = getattr(model, "config", None)
+    embeddings = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(embeddings, "weight", None)
+    vocab = int(weight.shape[0]) if weight is not None else int(getattr(config, "vocab_size", 0) or 0)
+    corpus.bind(vocab, model_signature(vocab, config))
+
+
 # --------------------------------------------------------------- the adapter
 
 class TransformersAdapter:
@@ -309,12 +410,16 @@ class TransformersAdapter:
         with self._kernel.routing(), shared_kv_heads():
             yield
 
-    # -- forwards ------------------------------------------------------------
-    def forward(self, ids: torch.Tensor, positions: torch.Tensor, mask: Any, keep_last: int) -> torch.Tensor:
-        """Logits [keep_last, V] of the last ``keep_last`` of ``ids`` ([1, m],
-        the tokens after the cached ones); see :meth:`forward_rows`."""
-        return self.forward_rows(ids, positions, mask, keep_last)[0]
+    def learned_cost(self, key: Tuple, probe: Any, widths: Any, synchronize: Any) -> Any:
+        """The model's learned forward cost under ``key``
+        (pld.forward_cost.learned: kept per model, or made by ``probe``)."""
+        from . import forward_cost
 
+        with torch.no_grad():
+            return forward_cost.learned(self.model, key, probe, widths, clock=forward_cost.clock,
+                                        synchronize=synchronize)
+
+    # -- forwards ------------------------------------------------------------
     def forward_rows(self, ids: torch.Tensor, positions: torch.Tensor, mask: Any, keep_last: int,
                      cache: Any = None) -> torch.Tensor:
         """Logits [b, keep_last, V] of the last ``keep_last`` tokens of each

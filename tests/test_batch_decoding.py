@@ -162,8 +162,8 @@ def test_batch_through_model_generate(arch, monkeypatch):
 
     model = mf.tiny_model(arch)
     calls = []
-    original = loop.run_batch
-    monkeypatch.setattr(loop, "run_batch", lambda *a, **k: calls.append(1) or original(*a, **k))
+    original = loop.run
+    monkeypatch.setattr(loop, "run", lambda model, ids, *a, **k: calls.append(ids.shape[0]) or original(model, ids, *a, **k))
     rng = random.Random(f"batch-hf-{arch}")
     for B in (2, 4):
         ids, mask = _batch([mf.repeated_prompt(rng) for _ in range(B)])
@@ -178,7 +178,7 @@ def test_batch_through_model_generate(arch, monkeypatch):
                                      return_dict_in_generate=True)
         assert got.tolist() == want.tolist()
         assert out.sequences.tolist() == want.tolist()
-    assert len(calls) == 4
+    assert calls == [2, 2, 4, 4]
 
 
 @pytest.mark.parametrize("arch", mf.ARCHS)

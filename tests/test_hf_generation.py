@@ -421,7 +421,7 @@ def test_enable_disable_round_trip():
     from transformers.generation import candidate_generator, utils
 
     import pld
-    from pld import hf
+    from pld import from_generate as hf
 
     original_cls = utils.PromptLookupCandidateGenerator
     original_fn = utils.GenerationMixin._assisted_decoding
@@ -430,7 +430,7 @@ def test_enable_disable_round_trip():
 
     pld.enable()
     assert pld.is_enabled()
-    assert utils.PromptLookupCandidateGenerator is hf.PromptLookupCandidateGenerator
+    assert utils.PromptLookupCandidateGenerator is pld.PromptLookupCandidateGenerator
     assert utils.GenerationMixin._assisted_decoding is hf._pld_assisted_decoding
     # the candidate_generator module itself is never touched
     assert candidate_generator.PromptLookupCandidateGenerator is original_cls
@@ -579,21 +579,21 @@ def test_unset_max_matching_ngram_size_is_transformers_default(given, expected):
     n-grams of at most 2, as transformers gives its own generator
     (``generation_config.max_matching_ngram_size or 2``), not DecodeConfig's
     3; a value the call gives is kept."""
-    from pld import hf
+    from pld import from_generate as hf
 
-    options = hf._decode_config(_generation_config(max_matching_ngram_size=given), budget=10, want_dict=False)
+    options = hf._decode_config(_generation_config(max_matching_ngram_size=given), budget=10)
     assert (options.max_matching_ngram_size, options.prompt_lookup_num_tokens) == (expected, 6)
 
 
 def test_unset_max_matching_ngram_size_is_at_least_enables_min_ngram_size():
     import pld
-    from pld import hf
+    from pld import from_generate as hf
 
     pld.enable(min_ngram_size=3)
-    options = hf._decode_config(_generation_config(), budget=10, want_dict=False)
+    options = hf._decode_config(_generation_config(), budget=10)
     assert (options.min_ngram_size, options.max_matching_ngram_size) == (3, 3)
     pld.enable(min_ngram_size=1)
-    assert hf._decode_config(_generation_config(), budget=10, want_dict=False).max_matching_ngram_size == 2
+    assert hf._decode_config(_generation_config(), budget=10).max_matching_ngram_size == 2
 
 
 def test_generate_under_enable_looks_up_as_transformers_does(monkeypatch):

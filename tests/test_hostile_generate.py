@@ -46,8 +46,8 @@ def torch_test(fn):
 def _pld_disabled_around():
     """Every test that touches the switch starts and ends with pld disabled."""
     yield
-    if "pld.hf" in sys.modules:
-        sys.modules["pld.hf"].disable()
+    if "pld.from_generate" in sys.modules:
+        sys.modules["pld.from_generate"].disable()
 
 
 def _ids():

@@ -191,9 +191,9 @@ def test_truncation_crops_from_the_end_on_this_release():
     ids = torch.tensor([[4, 8, 15, 16, 23, 42]])
     adapter = TransformersAdapter(model, OwnedCache(16), "torch", check_cache=True)
     with torch.no_grad():
-        adapter.forward(ids, torch.arange(6)[None], torch.ones_like(ids), 1)
+        adapter.forward_rows(ids, torch.arange(6)[None], torch.ones_like(ids), 1)
         adapter.truncate_cache(4)
-        got = adapter.forward(ids[:, 4:5], torch.tensor([[4]]), torch.ones(1, 5, dtype=torch.long), 1)
+        got = adapter.forward_rows(ids[:, 4:5], torch.tensor([[4]]), torch.ones(1, 5, dtype=torch.long), 1)[0]
         want = model(ids[:, :5]).logits[0, -1:]
     assert adapter.cache.get_seq_length() == 5
     assert torch.allclose(got, want, atol=1e-5)

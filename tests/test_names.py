@@ -54,8 +54,8 @@ def one_thread():
 def _pld_disabled_around():
     """Every test that touches the switch ends with pld disabled."""
     yield
-    if "pld.hf" in sys.modules:
-        sys.modules["pld.hf"].disable()
+    if "pld.from_generate" in sys.modules:
+        sys.modules["pld.from_generate"].disable()
 
 
 def _one_deprecation(record, old: str, new: str) -> None:
@@ -377,7 +377,7 @@ def test_enabled_old_name_warns_at_the_with_line():
 
 @torch_test
 def test_enabled_and_is_enabled_say_which_is_which():
-    from pld import hf
+    from pld import from_generate as hf
 
     assert "context manager" in hf.enabled.__doc__ and "is_enabled" in hf.enabled.__doc__
     assert "bool" in hf.is_enabled.__doc__ and "context manager" in hf.is_enabled.__doc__

@@ -16,30 +16,19 @@ pytestmark = pytest.mark.torch
 
 # -- the eos cuts ----------------------------------------------------------------
 
-@pytest.mark.parametrize("new, eos, expected", [
-    ([5, 6, 7], (), (3, False)),
-    ([5, 6, 7], (9,), (3, False)),
-    ([5, 2, 7], (2,), (2, True)),
-    ([2, 2, 2], (2,), (1, True)),
-    ([5, 6, 3], (3, 6), (2, True)),
-    ([], (2,), (0, False)),
+@pytest.mark.parametrize("tokens, eos, expected", [
+    ([5, 6, 7], (), None),
+    ([5, 6, 7], (9,), None),
+    ([5, 2, 7], (2,), 1),
+    ([2, 2, 2], (2,), 0),
+    ([5, 6, 3], (3, 6), 1),
+    ([], (2,), None),
 ])
-def test_eos_cut_keeps_through_the_first_eos(new, eos, expected):
-    from pld.decoder import eos_cut
+def test_eos_at_finds_the_first_eos(tokens, eos, expected):
+    """A row keeps tokens[:at + 1] and stops; a draft is cut to tokens[:at]."""
+    from pld.config import eos_at
 
-    assert eos_cut(new, eos) == expected
-
-
-@pytest.mark.parametrize("draft, eos, expected", [
-    ([5, 6, 7], (), [5, 6, 7]),
-    ([5, 2, 7], (2,), [5]),
-    ([2, 5], (2,), []),
-    ([5, 6, 3], (3, 6), [5]),
-])
-def test_cut_at_eos_drops_the_eos_and_what_follows(draft, eos, expected):
-    from pld.decoder import cut_at_eos
-
-    assert cut_at_eos(draft, eos) == expected
+    assert eos_at(tokens, eos) == expected
 
 
 def test_commit_cuts_at_eos_budget_and_criteria():

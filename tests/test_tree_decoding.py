@@ -194,21 +194,29 @@ def test_tree_falls_back_to_linear_drafts_on_a_cache_without_keep_last(caplog):
     assert any("linear drafts instead of a token tree" in r.getMessage() for r in caplog.records)
 
 
-def test_tree_blocker_names_the_attention_implementation():
+def test_decide_keeps_a_tree_only_where_it_can_be_verified_exactly(caplog):
+    import logging
+
+    import torch
     from transformers import DynamicCache
 
+    from pld.config import DecodeConfig
+    from pld.hf_adapter import decide, masks_blocker
     from pld.kv_cache import OwnedCache
-    from pld.loop import tree_blocker
 
     model = mf.tiny_model("llama")
-    assert tree_blocker(model, OwnedCache()) is None
-    assert "cache" in tree_blocker(model, DynamicCache())
+    ids = torch.tensor([[1, 2, 3]])
+    config = DecodeConfig(draft_tree=True, eos_token_id=None)
+    assert decide(model, ids, config, True, cache=OwnedCache()).config.draft_tree
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        linear = decide(model, ids, config, True, cache=DynamicCache()).config
+    assert not linear.draft_tree and "cannot keep a tree's accepted path" in caplog.text
 
     class Flash:
         class config:
             _attn_implementation = "flash_attention_2"
 
-    assert "flash_attention_2" in tree_blocker(Flash(), OwnedCache())
+    assert "flash_attention_2" in masks_blocker(Flash())
 
 
 # -- the parts -----------------------------------------------------------------

@@ -177,15 +177,14 @@ def test_scale_follows_accepted_per_predicted_and_keeps_the_order():
 # -- in the decoder ------------------------------------------------------------
 
 def _decoder(model, ids, on_step=None, **options):
+    from pld import loop
     from pld.config import DecodeConfig
-    from pld.hf_adapter import TransformersAdapter
     from pld.kv_cache import cache_for
-    from pld.decoder import Decoder
 
     config = DecodeConfig(**{"draft_tree": True, "tree_successors": True, "eos_token_id": None,
                              **options})
-    adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + config.max_new_tokens + 64))
-    return adapter, Decoder(adapter, ids, config, on_step=on_step)
+    return loop.prepare(model, ids, config, cache=cache_for(model, ids.shape[1] + config.max_new_tokens + 64),
+                        on_step=on_step)
 
 
 @pytest.mark.parametrize("arch", mf.ARCHS)

@@ -141,15 +141,11 @@ def pld_calibration(model: Any, T: int, synchronized: bool, steps: int = 24) -> 
     import torch
 
     from pld import forward_cost, loop
-    from pld.decoder import Decoder
-    from pld.hf_adapter import TransformersAdapter
 
     device = next(model.parameters()).device
     ids = _ids(T, model.config.vocab_size, seed=7, period=50).to(device)
     config = loop.resolve_config(model, None, dict(max_new_tokens=steps + 1, draft_tree=True, eos_token_id=None))
-    cache = loop.default_cache(model, T, config)
-    adapter = TransformersAdapter(model, cache, config.linear_kernel)
-    decoder = Decoder(adapter, ids, loop._linear_if_no_tree(model, cache, config))
+    adapter, decoder = loop.prepare(model, ids, config)
     forward_cost.forget(model)
     with torch.no_grad(), adapter.kernels(), (contextlib.nullcontext() if synchronized else _unsynchronized()):
         while decoder.step():

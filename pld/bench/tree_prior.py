@@ -128,10 +128,8 @@ def prior_literal(prior: tuple) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from pld import models
+    from pld import loop, models
     from pld.config import DecodeConfig
-    from pld.decoder import Decoder
-    from pld.hf_adapter import TransformersAdapter
     from pld.kv_cache import cache_for
     from pld.token_tree import AcceptanceModel
     from pld.width_budget import FirstNodes
@@ -155,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
     bar = _progress(sum(len(p.turns[:1]) for p in prompts), disable=args.no_progress)
     for p in prompts:
         ids = chat_input_ids(tokenizer, list(p.turns[:1]), [])
-        adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + args.max_new_tokens + 64))
-        decoder = Decoder(adapter, ids, config.with_model_eos(model), acceptance=counts, budget=every_node)
+        adapter, decoder = loop.prepare(model, ids, config.with_model_eos(model),
+                                        cache=cache_for(model, ids.shape[1] + args.max_new_tokens + 64),
+                                        acceptance=counts, budget=every_node)
         with torch.no_grad(), adapter.kernels():
             while decoder.step():
                 pass
@@ -183,8 +182,7 @@ def _scale(model: Any, tokenizer: Any, prompts: list, config: Any, prior: tuple,
     nodes."""
     import torch
 
-    from pld.decoder import Decoder
-    from pld.hf_adapter import TransformersAdapter
+    from pld import loop
     from pld.kv_cache import cache_for
     from pld.token_tree import AcceptanceModel
 
@@ -201,9 +199,9 @@ def _scale(model: Any, tokenizer: Any, prompts: list, config: Any, prior: tuple,
     config = config.replace(tree_width=args.scale_width, cost_aware=False)
     for p in prompts:
         ids = chat_input_ids(tokenizer, list(p.turns[:1]), [])
-        adapter = TransformersAdapter(model, cache_for(model, ids.shape[1] + args.max_new_tokens + 64))
-        decoder = Decoder(adapter, ids, config.with_model_eos(model), acceptance=AcceptanceModel(prior=prior),
-                          on_step=count)
+        adapter, decoder = loop.prepare(model, ids, config.with_model_eos(model),
+                                        cache=cache_for(model, ids.shape[1] + args.max_new_tokens + 64),
+                                        acceptance=AcceptanceModel(prior=prior), on_step=count)
         with torch.no_grad(), adapter.kernels():
             while decoder.step():
                 pass

@@ -32,11 +32,28 @@ def register(name: str, description: str) -> Callable[[Callable[[Any], DraftSour
 
 def build(names: Sequence[str], config: Any) -> List[DraftSource]:
     """The sources ``names`` (in registry order), made fresh for one
-    generation under ``config`` (a DecodeConfig)."""
+    generation under ``config`` (a DecodeConfig); a ValueError where a
+    name is unknown or a source reads row memory no source of ``names``
+    writes (:func:`check_memory`)."""
     unknown = [n for n in names if n not in REGISTRY]
     if unknown:
         raise ValueError(f"draft_sources: unknown {unknown}; registered: {list(REGISTRY)}")
+    check_memory(names)
     return [REGISTRY[n][0](config) for n in REGISTRY if n in names]
+
+
+def check_memory(names: Sequence[str]) -> None:
+    """A ValueError naming the first source of ``names`` (registered) that
+    reads a ``row.memory`` key (its ``reads``) that none of them writes
+    (their ``writes``): sources share a row's memory only as declared."""
+    written = {key for n in names for key in REGISTRY[n][0].writes}
+    for n in names:
+        missing = [key for key in REGISTRY[n][0].reads if key not in written]
+        if missing:
+            writers = [m for m in REGISTRY if set(missing) & set(REGISTRY[m][0].writes)]
+            raise ValueError(f"draft_sources: {n!r} reads row memory {missing}, which only {writers} "
+                             f"write; add {writers[0]!r}" if writers else
+                             f"draft_sources: {n!r} reads row memory {missing}, which no source writes")
 
 
 def describe() -> Dict[str, str]:
@@ -50,4 +67,4 @@ def describe() -> Dict[str, str]:
 # node already in the tree by the model's agreement)
 from . import prompt_chain, prompt_tree, siblings, corpus_source, guesses_ahead, successors  # noqa: E402,F401
 
-__all__ = ["REGISTRY", "DraftSource", "Proposal", "RowView", "build", "describe", "register"]
+__all__ = ["REGISTRY", "DraftSource", "Proposal", "RowView", "build", "check_memory", "describe", "register"]

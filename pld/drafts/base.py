@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Protocol, Sequence
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 
@@ -19,7 +19,7 @@ class RowView(Protocol):
     siblings: Sequence[Any]    # the batch's other rows with the same prompt
     previous: int              # the sequence's second-to-last token (-1: none)
     root: int                  # the sequence's last token: the tree's root
-    memory: Dict[str, Any]     # per-row state sources keep between steps
+    memory: Dict[str, Any]     # per-row state sources keep between steps (DraftSource.reads/writes)
 
     def ids(self, extra: int = 0) -> torch.Tensor: ...   # [1, cur + extra]: the sequence
     def tail(self, n: int) -> List[int]: ...             # the sequence's last n tokens
@@ -51,6 +51,11 @@ class DraftSource:
 
     #: whether the candidates may branch (a tree) or are one chain
     branches = True
+    #: the ``row.memory`` keys the source reads, and those it writes: a key
+    #: read must be written by a source of the same run (pld.drafts.build
+    #: checks); no source touches keys it does not declare
+    reads: Tuple[str, ...] = ()
+    writes: Tuple[str, ...] = ()
 
     def __init__(self, config: Any = None) -> None:
         self.config = config
@@ -113,13 +118,3 @@ def offer(tree: TokenTree, found: TokenTree, branches: bool, wins_ties: bool = F
     if best.ngrams[0] > tree.ngrams[0] or (wins_ties and best.ngrams[0] == tree.ngrams[0]):
         return best
     return tree
-
-
-def cut_at_eos(draft, eos) -> list:
-    """``draft`` up to (without) its first eos token: nothing after an eos
-    is ever generated, so it is not worth verifying."""
-    eos = set(eos)
-    for j, t in enumerate(draft):
-        if t in eos:
-            return list(draft[:j])
-    return list(draft)

@@ -2,7 +2,7 @@
 token that prompt lookup did not propose, each followed by prompt lookup's
 candidates for the sequence as if the guess came next (the index extended
 by it, then cut back): a seam the input cannot predict, then a copy it can.
-Needs the "successors" source's table (nothing before it has been filled)."""
+Reads the "successors" source's table (``reads``: a run without that source is refused)."""
 from __future__ import annotations
 
 from ..token_tree import TokenTree, with_subtree
@@ -16,6 +16,8 @@ ROOT_GUESSES = 2
 @register("ahead", "the model's likeliest next tokens after the root, each followed by prompt lookup's "
           "candidates as if it came next")
 class GuessesAhead(DraftSource):
+    reads = ("successors",)
+
     def propose(self, row: RowView, tree: TokenTree, ask: Proposal) -> TokenTree:
         table = row.memory.get("successors")
         if table is None:

@@ -3,9 +3,10 @@ sequence's suffix n-gram (the index's match policy: by default the
 method's earliest occurrence), one chain a step."""
 from __future__ import annotations
 
+from ..config import eos_at
 from ..token_tree import TokenTree
 from . import register
-from .base import DraftSource, Proposal, RowView, chain, cut_at_eos
+from .base import DraftSource, Proposal, RowView, chain
 
 
 @register("prompt", "prompt lookup's linear draft: the continuation after the suffix n-gram's match")
@@ -19,6 +20,6 @@ class PromptChain(DraftSource):
         if not len(draft):
             return tree
         ngram = row.index.last_ngram
-        draft = cut_at_eos(draft, ask.eos)
+        draft = draft[:eos_at(draft, ask.eos)]
         return chain(draft, ngram) if len(draft) else tree
 

@@ -22,6 +22,8 @@ MAX_SIBLINGS = 8
 
 @register("siblings", "the continuations of the row's suffix n-gram in what rows with the same prompt have written")
 class Siblings(DraftSource):
+    reads = writes = ("written_index", "written")
+
     def __init__(self, config=None) -> None:
         super().__init__(config)
         self.branches = bool(config is not None and config.draft_tree)

@@ -25,6 +25,8 @@ GRAFT_ROOM = 2
 
 @register("successors", "the model's remembered likeliest successors of each node's token (token recycling)")
 class Successors(DraftSource):
+    reads = writes = ("successors",)
+
     def propose(self, row: RowView, tree: TokenTree, ask: Proposal) -> TokenTree:
         table = row.memory.get("successors")
         if table is None or ask.depth <= 0:

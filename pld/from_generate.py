@@ -1,13 +1,18 @@
-"""transformers glue: a CandidateGenerator backed by pld.NgramIndex, and the
-switch that makes ``model.generate(..., prompt_lookup_num_tokens=k)`` run
-pld's native loop (pld.loop.run).
+"""The switch inside transformers' ``generate()``: with :func:`enable`,
+``model.generate(..., prompt_lookup_num_tokens=k)`` runs pld's native loop
+(pld.loop.run). This module only translates a generate() call's arguments
+-- its generation_config, cache, processors, criteria, streamer -- into
+the loop's, and its result back into generate()'s output.
 
-enable() swaps two things and disable() puts them back:
+enable() swaps three things and disable() puts them back:
 - ``transformers.generation.utils.PromptLookupCandidateGenerator`` (bound
-  there at import, so that is the name generate() resolves), and
+  there at import, so that is the name generate() resolves) for pld's
+  (pld.candidate_generator);
 - ``GenerationMixin._assisted_decoding``, which generate() looks up on the
-  model's class. The replacement serves prompt lookup natively and hands
-  anything it cannot serve exactly to the original, with one log line.
+  model's class: the replacement serves prompt lookup natively and hands
+  anything it cannot serve exactly to the original, with one log line;
+- ``GenerationMixin._validate_generation_mode``, so a prompt-lookup call
+  may ask for num_return_sequences > 1.
 """
 from __future__ import annotations
 
@@ -15,14 +20,15 @@ import contextlib
 import copy
 import inspect
 import logging
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 from transformers.generation import utils as _gen_utils
-from transformers.generation.candidate_generator import CandidateGenerator
 
-from . import _core, _renamed, loop
-from .config import DecodeConfig, eos_ids
+from . import _renamed, loop
+from .candidate_generator import PromptLookupCandidateGenerator
+from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
+from .hf_adapter import cache_blocker
 
 logger = logging.getLogger("pld")
 
@@ -38,89 +44,6 @@ _OUTPUT_CACHE = ("cache" if "cache" in getattr(_gen_utils.GenerateDecoderOnlyOut
 # Stopping criteria the loop applies itself (eos and the length budget).
 _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
 
-
-class PromptLookupCandidateGenerator(CandidateGenerator):
-    """transformers' prompt-lookup candidate generator, on pld's C index.
-
-    Each call ingests only the tokens appended since the previous call (for
-    a GPU ``input_ids`` only that tail is copied to the host), so a call
-    costs the same at any context length. With ``policy="first"`` it
-    proposes what transformers' own generator proposes; one difference:
-    when logits processors forbid the draft's first token, transformers
-    tries a later occurrence and this generator proposes nothing.
-    """
-
-    requires_model_outputs = False
-
-    def __init__(
-        self,
-        eos_token_id: Any = None,
-        num_output_tokens: int = 10,
-        max_matching_ngram_size: int = 2,
-        max_length: int = 20,
-        logits_processor: Any = None,
-        vocab_size: Optional[int] = None,
-        *,
-        min_ngram_size: int = 1,
-        policy: str = "first",
-    ) -> None:
-        if max_matching_ngram_size is None or max_matching_ngram_size <= 0 or num_output_tokens <= 0:
-            raise ValueError("Invalid max_matching_ngram_size or num_output_tokens")
-        loop.check_size("num_output_tokens (prompt_lookup_num_tokens)", num_output_tokens, 1,
-                        loop.MAX_DRAFT_TOKENS, "the C core's limit on a draft")
-        self.num_output_tokens = num_output_tokens
-        self.max_matching_ngram_size = max_matching_ngram_size
-        self.max_length = max_length
-        self.eos_token_id = eos_token_id
-        self.logits_processor = logits_processor
-        self.vocab_size = vocab_size
-        self._eos = list(eos_ids(eos_token_id))
-        self.index = _core.NgramIndex(max_matching_ngram_size, min_ngram_size, policy)
-        self._seen = 0
-
-    def _ingest(self, input_ids: torch.Tensor) -> None:
-        length = input_ids.shape[1]
-        if length < self._seen:  # a different (shorter) sequence: start over
-            self.index.truncate(0)
-            self._seen = 0
-        if length > self._seen:
-            if self._seen == 0:  # a new prompt: the tables grow here, not per step
-                self.index.reserve(min(max(self.max_length - length, 0), loop.RESERVE_MAX_NEW_TOKENS))
-            self.index.extend(input_ids[0, self._seen:].tolist())
-            self._seen = length
-
-    def get_candidates(self, input_ids: torch.LongTensor, *args: Any, **kwargs: Any):
-        if input_ids.shape[0] != 1:
-            raise ValueError("prompt lookup supports batch size 1 only")
-        self._ingest(input_ids)
-        draft = self.index.propose(
-            self.num_output_tokens, semantics="transformers",
-            max_length=self.max_length, eos_token_id=self._eos or None)
-        if draft and self.logits_processor is not None and len(self.logits_processor) > 0:
-            draft = self._cut_forbidden(input_ids, draft)
-        if not draft:
-            return input_ids, None
-        tail = torch.tensor([draft], dtype=input_ids.dtype, device=input_ids.device)
-        return torch.cat((input_ids, tail), dim=1), None
-
-    def _cut_forbidden(self, input_ids: torch.Tensor, draft: List[int]) -> List[int]:
-        """Cut the draft before the first token the processors forbid."""
-        fake = torch.ones((1, self.vocab_size), device=input_ids.device, dtype=torch.float32)
-        draft_t = torch.tensor([draft], dtype=input_ids.dtype, device=input_ids.device)
-        lowest = torch.finfo(torch.float32).min
-        for i, token in enumerate(draft):
-            ids = input_ids if i == 0 else torch.cat((input_ids, draft_t[:, :i]), dim=1)
-            value = self.logits_processor(ids, fake.clone())[0, token]
-            if value == -float("inf") or value == lowest:
-                return draft[:i]
-        return draft
-
-    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.FloatTensor,
-                                  num_matches: int) -> None:
-        return None  # the draft length is fixed by prompt_lookup_num_tokens
-
-
-# --------------------------------------------------------------- the switch
 
 _original: dict = {}
 # DecodeConfig fields a generate() call sets from its generation_config;
@@ -153,7 +76,7 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
             return f"generation_config.{flag} is set"
     if getattr(model.config, "is_encoder_decoder", False):
         return "encoder-decoder models are not supported natively"
-    no_cache = loop.cache_blocker(model)
+    no_cache = cache_blocker(model)
     if no_cache is not None:
         return f"{type(model).__name__} cannot be served by pld's loop: {no_cache}"
     if input_ids.shape[0] != 1:
@@ -176,8 +99,8 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     mask = model_kwargs.get("attention_mask")
     if mask is not None and mask.shape != input_ids.shape:
         return "attention_mask does not match input_ids"
-    if config.max_length is not None and config.max_length > loop.MAX_INDEX_TOKENS:
-        return f"max_length {config.max_length} is beyond the index's limit of {loop.MAX_INDEX_TOKENS} tokens"
+    if config.max_length is not None and config.max_length > MAX_INDEX_TOKENS:
+        return f"max_length {config.max_length} is beyond the index's limit of {MAX_INDEX_TOKENS} tokens"
     return None
 
 
@@ -189,47 +112,42 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     model_kwargs = dict(named.pop("model_kwargs", {}) or {})
     k = named["generation_config"].prompt_lookup_num_tokens
     if k is not None:  # the C core refuses a longer draft: say so with the caller's name, first
-        loop.check_size("prompt_lookup_num_tokens", k, 1, loop.MAX_DRAFT_TOKENS, "the C core's limit on a draft")
+        check_size("prompt_lookup_num_tokens", k, 1, MAX_DRAFT_TOKENS, "the C core's limit on a draft")
     reason = _native_blocker(self, input_ids, named, model_kwargs)
     if reason is not None:
         logger.warning("pld: using transformers' assisted decoding (%s)", reason)
         return _within_max_length(original(self, input_ids, *args, **kwargs), named["generation_config"])
 
     config = named["generation_config"]
-    criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA]
-    streamer = named.get("streamer")
-    want_dict = config.return_dict_in_generate
-    budget = config.max_length - input_ids.shape[1]
-    if budget > 0 and input_ids.shape[0] > 1:
-        options = _decode_config(config, budget, want_dict)
-        cache = _loop_cache(self, input_ids, options, model_kwargs)
-        sequences, _, _ = loop.run_batch(
-            self, input_ids, options, cache=cache, attention_mask=model_kwargs.get("attention_mask"),
-            logits_processor=named["logits_processor"], stopping_criteria=criteria,
-            pad_token_id=_pad_id(config))
-        if want_dict:
-            return _gen_utils.GenerateDecoderOnlyOutput(sequences=sequences, **{_OUTPUT_CACHE: cache})
-        return sequences
-    if budget <= 0:  # nothing to generate: plain decoding returns the prompt
+    if config.max_length <= input_ids.shape[1]:  # nothing to generate: plain decoding returns the prompt
         result = loop.LoopResult(sequences=input_ids, stats=loop.LoopStats(), scores=(), logits=(),
                                  past_key_values=_generate_cache(model_kwargs))
     else:
-        options = _decode_config(config, budget, want_dict)
-        result = loop.run(
-            self, input_ids, options, cache=_loop_cache(self, input_ids, options, model_kwargs),
-            attention_mask=model_kwargs.get("attention_mask"),
-            logits_processor=named["logits_processor"], stopping_criteria=criteria,
-            streamer=streamer)
-    if streamer is not None:
-        streamer.end()
-    if want_dict:
-        return _gen_utils.GenerateDecoderOnlyOutput(
-            sequences=result.sequences,
-            scores=result.scores,
-            logits=result.logits,
-            **{_OUTPUT_CACHE: result.past_key_values},
-        )
-    return result.sequences
+        result = _run(self, input_ids, named, model_kwargs)
+    if named.get("streamer") is not None:
+        named["streamer"].end()
+    if not config.return_dict_in_generate:
+        return result.sequences
+    extra = {} if input_ids.shape[0] > 1 else {"scores": result.scores, "logits": result.logits}
+    return _gen_utils.GenerateDecoderOnlyOutput(sequences=result.sequences, **extra,
+                                                **{_OUTPUT_CACHE: result.past_key_values})
+
+
+def _run(model: Any, input_ids: torch.Tensor, named: dict, model_kwargs: dict) -> Any:
+    """pld.loop.run with the call's arguments: its options, its cache (an
+    empty plain DynamicCache, generate()'s default, leaves the loop to
+    pick its own), mask, processors, criteria, streamer and pad id."""
+    from transformers import DynamicCache
+
+    config = named["generation_config"]
+    cache = _generate_cache(model_kwargs)
+    if type(cache) is DynamicCache and cache.get_seq_length() == 0:
+        cache = None
+    criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA]
+    return loop.run(model, input_ids, _decode_config(config, config.max_length - input_ids.shape[1]),
+                    cache=cache, attention_mask=model_kwargs.get("attention_mask"),
+                    logits_processor=named["logits_processor"], stopping_criteria=criteria,
+                    streamer=named.get("streamer"), pad_token_id=_pad_id(config))
 
 
 def _pld_validate_generation_mode(self: Any, generation_mode: Any, generation_config: Any, *args: Any,
@@ -258,21 +176,6 @@ def _pad_id(config: Any) -> Any:
     return config.pad_token_id
 
 
-def _loop_cache(model: Any, input_ids: torch.Tensor, options: DecodeConfig, model_kwargs: dict) -> Any:
-    """The cache generate() made, or -- when that is an empty plain
-    DynamicCache -- the loop's own (pld.kv_cache), which generate() then
-    returns as its cache (a DynamicCache too). A batch's cache keeps
-    sliding-window layers whole (its masks apply the windows)."""
-    from transformers import DynamicCache
-
-    cache = _generate_cache(model_kwargs)
-    if type(cache) is DynamicCache and cache.get_seq_length() == 0:
-        if input_ids.shape[0] > 1:
-            return loop.batch_cache(model, input_ids.shape[1], options)
-        return loop.default_cache(model, input_ids.shape[1], options)
-    return cache
-
-
 def _generate_cache(model_kwargs: dict) -> Any:
     """The cache generate() made (5.24 and later keep it as ``cache``,
     earlier releases as ``past_key_values``)."""
@@ -280,7 +183,7 @@ def _generate_cache(model_kwargs: dict) -> Any:
     return cache if cache is not None else model_kwargs.get("past_key_values")
 
 
-def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
+def _decode_config(config: Any, budget: int) -> DecodeConfig:
     """The native loop's options for a generate() call: enable()'s, and what
     its generation_config asks for. A max_matching_ngram_size it leaves
     unset (None, or 0) is transformers' default, 2, as generate() gives its
@@ -294,8 +197,8 @@ def _decode_config(config: Any, budget: int, want_dict: bool) -> DecodeConfig:
         "prompt_lookup_num_tokens": config.prompt_lookup_num_tokens,
         "eos_token_id": getattr(config, "_eos_token_tensor", None),
         "do_sample": bool(config.do_sample),  # (its warpers come as logits processors)
-        "output_scores": bool(want_dict and config.output_scores),
-        "output_logits": bool(want_dict and config.output_logits),
+        "output_scores": bool(config.return_dict_in_generate and config.output_scores),
+        "output_logits": bool(config.return_dict_in_generate and config.output_logits),
     })
 
 
