@@ -30,9 +30,8 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from .attention_masks import layer_masks
-from .gqa_attention import shared_kv_heads
+from .cpu_kernels import LinearKernel, cpu_kernels
 from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
-from .linear_kernel import LinearKernel
 
 #: The keyword a model's forward may take its KV cache under (5.24 and
 #: later: ``cache``; before: ``past_key_values``).
@@ -297,16 +296,11 @@ class TransformersAdapter:
 
     @contextlib.contextmanager
     def kernels(self) -> Iterator[None]:
-        """The kernel choices of the run, for a model on the CPU only: the
-        model's linear layers on the chosen matrix product, grouped-query
-        attention over shared heads. A model elsewhere (a GPU) runs its
-        own kernels, and none of this machinery is entered."""
-        if _device(self.model).type != "cpu":
-            yield
-            return
-        if self._kernel is None:
-            self._kernel = LinearKernel(self.model, self._kernel_mode)
-        with self._kernel.routing(), shared_kv_heads():
+        """The kernel choices of the run (pld.cpu_kernels): for a model on
+        the CPU, its linear layers on the chosen matrix product and
+        grouped-query attention over shared heads; a model elsewhere runs
+        its own kernels, and none of this machinery is entered."""
+        with cpu_kernels(self.model, self._kernel_mode):
             yield
 
     # -- forwards ------------------------------------------------------------
