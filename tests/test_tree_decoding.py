@@ -402,7 +402,7 @@ def test_walk_descends_while_the_model_agrees():
 
 
 def test_forward_cost_table():
-    from pld.forward_cost import ForwardCost, measure, size_class
+    from pld.forward_cost import ForwardCost, size_class, time_widths
 
     cost = ForwardCost([1, 4, 8], [2.0, 3.0, 2.5])  # a noisy dip is flattened
     assert cost(1) == 1.0 and cost(4) == 1.5 and cost(8) == 1.5
@@ -415,11 +415,8 @@ def test_forward_cost_table():
             ForwardCost(widths, seconds)
     ticks = iter(range(1000))
     calls = []
-    table = measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks))
-    assert calls == [4, 1, 2, 4, 1, 2, 4] and table.costs == (1.0, 1.0, 1.0)
-    calls.clear()
-    measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks), warm_up=False)
-    assert calls == [1, 2, 4, 1, 2, 4]  # no untimed first call
+    assert time_widths(calls.append, (1, 2, 4), clock=lambda: next(ticks)) == [1.0, 1.0, 1.0]
+    assert calls == [1, 2, 4]  # each width once, in order, no untimed call
     assert [size_class(n) for n in (0, 255, 256, 1023, 1024, 5000)] == [0, 0, 1, 1, 2, 3]
 
 
