@@ -200,7 +200,7 @@ class DecodeConfig:
     Kernels and records:
       linear_kernel    "auto" (oneDNN for a float32 model on the CPU where
                        it is measured faster), "onednn" or "torch"
-                       (pld.linear_kernel)
+                       (pld.cpu_kernels)
       output_scores, output_logits
                        keep the processed scores / raw logits of every new
                        token (as transformers' return_dict_in_generate)

@@ -230,7 +230,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import torch
 
     from . import models
-    from .linear_kernel import LinearKernel
+    from .cpu_kernels import LinearKernel
 
     torch.manual_seed(args.seed)
     model, tokenizer = models.load(args.model, dtype=args.dtype)

@@ -23,8 +23,8 @@ seeded run still repeats its tokens.
 On a GPU a forward returns once its kernels are queued, not run: a clock
 read then times the launches. Every timed forward therefore waits for the
 device (``synchronize``, from :func:`synchronizer`) before the clock is read.
-:class:`ForwardCost` is a fixed table (the benchmarks', the tests', and the
-"no budget" of a prefill).
+:class:`ForwardCost` is a fixed table (the tests', and the "no budget" of
+a prefill).
 """
 from __future__ import annotations
 
@@ -34,11 +34,6 @@ import threading
 import time
 import weakref
 from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
-
-#: :func:`measure`'s widths (new tokens a forward) and timings a width
-#: (the fastest counts: noise only ever adds time).
-WIDTHS = (1, 2, 8, 16, 32, 64)
-REPEATS = 3
 
 
 class ForwardCost:
@@ -195,47 +190,36 @@ def waiter(device: Any) -> Callable[[], None]:
     return synchronizer(device) or _nothing
 
 
-def time_widths(forward: Callable[[int], Any], widths: Sequence[int], repeats: int = REPEATS,
-                clock: Callable[[], float] = time.perf_counter, warm_up: bool = True,
+def time_widths(forward: Callable[[int], Any], widths: Sequence[int],
+                clock: Callable[[], float] = time.perf_counter,
                 synchronize: Optional[Callable[[], None]] = None) -> List[float]:
-    """The fastest of ``repeats`` timings of ``forward(w)`` (a forward over w
-    new tokens that leaves the model's state as it found it) at each width,
-    widths interleaved, in seconds. ``warm_up`` first runs the widest once,
-    untimed, to pay for allocations. ``synchronize`` (None on the CPU)
-    waits for the device before each clock read, so that a time is the
-    forward's work, not its launch. The forwards do not count as decoding
-    steps (:func:`calibrating`) and leave torch's RNG state as it was."""
+    """The time of ``forward(w)`` (a forward over w new tokens that leaves
+    the model's state as it found it) at each width in turn, in seconds.
+    ``synchronize`` (None on the CPU) waits for the device before each
+    clock read, so that a time is the forward's work, not its launch. The
+    forwards do not count as decoding steps (:func:`calibrating`) and leave
+    torch's RNG state as it was."""
     import torch
 
     wait = synchronize if synchronize is not None else _nothing
     global _calibrating
-    best = [float("inf")] * len(widths)
+    times = []
     with _LOCK:
         _calibrating += 1
     # eval-mode forwards draw nothing; fork_rng keeps torch's CPU RNG state
     # the caller's even for a model that does (a seeded run must repeat)
     try:
         with torch.random.fork_rng(devices=[]):
-            if warm_up:
-                forward(widths[-1])
-            for _ in range(repeats):
-                for j, w in enumerate(widths):
-                    wait()
-                    t0 = clock()
-                    forward(w)
-                    wait()
-                    best[j] = min(best[j], clock() - t0)
+            for w in widths:
+                wait()
+                t0 = clock()
+                forward(w)
+                wait()
+                times.append(max(clock() - t0, 1e-9))
     finally:
         with _LOCK:
             _calibrating -= 1
-    return [max(t, 1e-9) for t in best]
-
-
-def measure(forward: Callable[[int], Any], widths: Sequence[int] = WIDTHS,
-            repeats: int = REPEATS, clock: Callable[[], float] = time.perf_counter,
-            warm_up: bool = True, synchronize: Optional[Callable[[], None]] = None) -> ForwardCost:
-    """A fixed table of c(w) at ``widths`` from :func:`time_widths`."""
-    return ForwardCost(widths, time_widths(forward, widths, repeats, clock, warm_up, synchronize))
+    return times
 
 
 def _nothing() -> None:
@@ -292,7 +276,7 @@ def learned(model: Any, key: Tuple, forward: Callable[[int], Any], widths: Seque
             kept.move_to_end(key)
             return cost
     cost = LearnedCost()
-    for w, seconds in zip(widths, time_widths(forward, widths, 1, clock, False, synchronize)):
+    for w, seconds in zip(widths, time_widths(forward, widths, clock, synchronize)):
         cost.observe(w, seconds)
     if kept is None:
         return cost
@@ -311,15 +295,6 @@ def _tables_of(model: Any) -> "Optional[collections.OrderedDict[Tuple, ForwardCo
         return _TABLES.setdefault(model, collections.OrderedDict())
     except TypeError:
         return None
-
-
-def tables(model: Any) -> "collections.OrderedDict[Tuple, LearnedCost]":
-    """A copy of the learned costs kept for ``model``, least recently used first."""
-    with _LOCK:
-        try:
-            return collections.OrderedDict(_TABLES.get(model, {}))
-        except TypeError:  # not weakly referenceable: nothing is kept for it
-            return collections.OrderedDict()
 
 
 def forget(model: Any) -> None:

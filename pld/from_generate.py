@@ -243,7 +243,7 @@ def enable(**options: Any) -> None:
     float32 model on the CPU computes its linear layers with oneDNN, which
     reads the weights once for a few tokens, where torch's default kernel
     makes a verification forward cost several one-token forwards
-    (:mod:`pld.linear_kernel`); ``"torch"`` keeps torch's kernel."""
+    (:mod:`pld.cpu_kernels`); ``"torch"`` keeps torch's kernel."""
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.enable()")
     _enable(options)
 

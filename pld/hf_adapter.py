@@ -32,9 +32,8 @@ import torch
 
 from .attention_masks import layer_masks
 from .config import eos_ids
-from .gqa_attention import shared_kv_heads
+from .cpu_kernels import cpu_kernels
 from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
-from .linear_kernel import LinearKernel
 
 #: The keyword a model's forward may take its KV cache under (5.24 and
 #: later: ``cache``; before: ``past_key_values``).
@@ -292,7 +291,6 @@ class Serving:
     mask: Optional[torch.Tensor]
     pad: int
     vocab: Optional[int]
-    dtype: torch.dtype
     one_at_a_time: Optional[str] = None
 
 
@@ -316,7 +314,7 @@ def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cac
     eos = config.eos_token_id
     pad = eos_ids(pad_token_id if pad_token_id is not None else getattr(
         getattr(model, "generation_config", None), "pad_token_id", None)) or tuple(eos) or (0,)
-    serving = Serving(traits, config, cache, mask, pad[0], _input_vocabulary(model), _model_dtype(model))
+    serving = Serving(traits, config, cache, mask, pad[0], _input_vocabulary(model))
     masks = masks_blocker(model)
     if B > 1 and masks is not None:
         logger.warning("pld: decoding the batch's %d rows one at a time (%s: %s)", B, type(model).__name__, masks)
@@ -390,24 +388,17 @@ class TransformersAdapter:
         if self.traits.reason is not None:
             raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {self.traits.reason}")
         self.dtype = _model_dtype(model)
-        self.vocab_size = _input_vocabulary(model)
         self._kernel_mode = linear_kernel
-        self._kernel: Optional[LinearKernel] = None
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
 
     @contextlib.contextmanager
     def kernels(self) -> Iterator[None]:
-        """The kernel choices of the run, for a model on the CPU only: the
-        model's linear layers on the chosen matrix product, grouped-query
-        attention over shared heads. A model elsewhere (a GPU) runs its
-        own kernels, and none of this machinery is entered."""
-        if _device(self.model).type != "cpu":
-            yield
-            return
-        if self._kernel is None:
-            self._kernel = LinearKernel(self.model, self._kernel_mode)
-        with self._kernel.routing(), shared_kv_heads():
+        """The kernel choices of the run (pld.cpu_kernels): for a model on
+        the CPU, its linear layers on the chosen matrix product and
+        grouped-query attention over shared heads; a model elsewhere runs
+        its own kernels, and none of this machinery is entered."""
+        with cpu_kernels(self.model, self._kernel_mode):
             yield
 
     def learned_cost(self, key: Tuple, probe: Any, widths: Any, synchronize: Any) -> Any:

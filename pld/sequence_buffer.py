@@ -4,9 +4,7 @@ ids in device buffers that grow with the output.
 The buffers start with room for the prompt, ``initial_new`` new tokens and
 one draft, and double when the output needs more, up to prompt +
 max_new_tokens: memory follows the output, not the budget. Stopping
-criteria and logits processors see the ids as views. On the CPU a NumPy
-view of the ids (``host``) lets the index write a draft straight into the
-sequence.
+criteria and logits processors see the ids as views.
 """
 from __future__ import annotations
 
@@ -45,7 +43,6 @@ class SequenceBuffer:
         prompt_positions.masked_fill_(self.mask[:, :prompt_len] == 0, 1)
         tail = torch.arange(prompt_len - self.n_pad, self.capacity - self.n_pad, device=device)
         self.positions = torch.cat([prompt_positions, tail[None]], dim=1)
-        self.host = self.ids[0].numpy() if device.type == "cpu" else None
 
     def ensure(self, size: int) -> bool:
         """Room for ``size`` tokens (at most the limit); True if it grew."""
@@ -62,7 +59,6 @@ class SequenceBuffer:
                             dtype=self.positions.dtype, device=device)
         self.ids, self.mask = ids, mask
         self.positions = torch.cat([self.positions, tail[None]], dim=1)
-        self.host = self.ids[0].numpy() if device.type == "cpu" else None
         return True
 
     def write(self, at: int, tokens) -> None:

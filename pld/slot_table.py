@@ -35,7 +35,6 @@ class SlotTable:
         self.length = 0
         self.valid = torch.zeros((rows, capacity), dtype=torch.bool, device=device)
         self.positions = torch.zeros((rows, capacity), dtype=torch.long, device=device)
-        self.compactions = 0
 
     @property
     def rows(self) -> int:
@@ -99,7 +98,6 @@ class SlotTable:
         j = torch.arange(width, device=index.device)[None]
         self.valid[:, :width] = j >= (width - counts)[:, None]
         self.length = width
-        self.compactions += 1
 
     def held(self) -> List[int]:
         """Valid slots per row (the tokens each row has in the cache)."""

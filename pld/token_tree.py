@@ -18,7 +18,7 @@ continuations of the sequence into a trie. A step then
    in expectation;
 3. verifies them in one forward: each node at position ``last + depth``,
    attending to the context, its ancestors and itself
-   (:func:`attention_mask`).
+   (:func:`block_visibility`: what a step's new tokens see of each other).
 
 Nothing here changes what is generated: acceptance walks from the root
 along the model's own choices (pld.accept_walk).
@@ -35,7 +35,6 @@ import torch
 from .acceptance_buckets import (AGREEMENT_BUCKETS, CORPUS, DEPTH_EDGES, DISAGREES, NGRAM_BUCKETS,
                                  ORIGINS, PAIR_AGREES, ROW, SIBLING, SUPPORT_BUCKETS, TOKEN_AGREES,
                                  UNKNOWN)
-from .attention_masks import additive
 
 #: The prior: P(a node is accepted | its parent was) by [source / n-gram
 #: bucket][support or rank bucket][depth bucket][agreement bucket]
@@ -397,11 +396,6 @@ def _agreement(tree: TokenTree) -> Sequence[int]:
     return tree.agreement if tree.agreement is not None else [UNKNOWN] * len(tree.tokens)
 
 
-def choose(reach: Sequence[float], cost, pending: int, max_width: int) -> List[int]:
-    """The nodes to verify of one tree: :func:`choose_rows` for one row."""
-    return choose_rows([reach], cost, pending, max_width)[0]
-
-
 def choose_rows(reaches: Sequence[Sequence[float]], cost, pending: int, max_width: int) -> List[List[int]]:
     """The nodes to verify in one forward of every row (``reaches``: per
     row, each node's probability of being reached): every row its W
@@ -458,29 +452,6 @@ def local_parents(tree: TokenTree, chosen: Sequence[int]) -> List[int]:
     return [where[tree.parents[j]] if tree.parents[j] >= 0 else -1 for j in chosen]
 
 
-def tree_visibility(context_mask: torch.Tensor, cached: int, pending: int,
-                    parents: Sequence[int]) -> torch.Tensor:
-    """Which keys each query of a tree forward sees: bool [pending + W,
-    cached + pending + W]. The pending tokens see the context causally;
-    node i sees the context (all ``cached + pending`` tokens), its
-    ancestors and itself. ``context_mask`` ([cached + pending], 0 =
-    padding) blocks padded columns for every row."""
-    w = len(parents)
-    cur = cached + pending
-    q = pending + w
-    allowed = torch.zeros((q, cur + w), dtype=torch.bool)
-    allowed[:, :cached] = True
-    allowed[:pending, cached:cur] = torch.ones((pending, pending), dtype=torch.bool).tril()
-    allowed[pending:, cached:cur] = True
-    ancestors = allowed[pending:, cur:]
-    for i, parent in enumerate(parents):
-        if parent >= 0:
-            ancestors[i] = ancestors[parent]
-        ancestors[i, i] = True
-    allowed[:, :cur] &= context_mask.to(torch.bool)[None, :cur]
-    return allowed
-
-
 def block_visibility(pending_valid: Sequence[bool], parents: Sequence[int], width: int) -> torch.Tensor:
     """Which of a step's new tokens each new token sees: bool [P + width,
     P + width] for P pending tokens (``pending_valid``: False for padding,
@@ -502,14 +473,6 @@ def block_visibility(pending_valid: Sequence[bool], parents: Sequence[int], widt
     nodes.fill_diagonal_(True)  # (and every filler slot itself)
     seen[:, :p] &= torch.tensor(list(pending_valid), dtype=torch.bool)[None]
     return seen
-
-
-def attention_mask(context_mask: torch.Tensor, cached: int, pending: int, parents: Sequence[int],
-                   dtype: torch.dtype) -> torch.Tensor:
-    """:func:`tree_visibility` as the additive [1, 1, q, K] mask of a model
-    whose layers are all full attention: 0 where attended, the dtype's
-    minimum elsewhere."""
-    return additive(tree_visibility(context_mask, cached, pending, parents), dtype)[None, None]
 
 
 def walk(tree: TokenTree, chosen: Sequence[int], pick) -> Tuple[List[int], List[int]]:

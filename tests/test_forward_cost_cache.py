@@ -25,7 +25,7 @@ pytestmark = pytest.mark.torch  # the probes fork torch's RNG
 pytest.importorskip("torch")
 
 from pld import forward_cost  # noqa: E402
-from pld.forward_cost import WINDOW, LearnedCost  # noqa: E402
+from pld.forward_cost import WINDOW, ForwardCost, LearnedCost  # noqa: E402
 
 WIDTHS = (1, 8)
 WAIT = 60  # seconds a thread waits for another before the test fails
@@ -139,7 +139,7 @@ def test_least_recently_used_keys_go_first():
     costs = {k: _get(model, k, ticks) for k in range(cap)}
     assert _get(model, 0, ticks) is costs[0]  # a hit: 0 is now the most recent
     _get(model, cap, ticks)                    # one too many: 1, the oldest, goes
-    kept = forward_cost.tables(model)
+    kept = forward_cost._TABLES[model]
     assert len(kept) == cap
     assert 1 not in kept and 0 in kept and cap in kept
     n = len(ticks.calls)
@@ -162,10 +162,11 @@ def test_models_are_kept_apart_and_forgotten():
 
 def test_a_model_without_weak_references_is_probed_every_time():
     model, ticks = object(), _Ticks()
+    kept = len(forward_cost._TABLES)
     _get(model, "k", ticks)
     _get(model, "k", ticks)
     assert len(ticks.calls) == 4
-    assert forward_cost.tables(model) == {}
+    assert len(forward_cost._TABLES) == kept
 
 
 def test_threads_probing_one_key_at_once_get_one_cost():
@@ -194,7 +195,7 @@ def test_threads_probing_one_key_at_once_get_one_cost():
         t.join(WAIT)
     assert not errors and len(got) == 2
     assert got[0] is got[1]
-    assert list(forward_cost.tables(model)) == ["k"]
+    assert list(forward_cost._TABLES[model]) == ["k"]
     assert not forward_cost.calibrating()
 
 
@@ -225,12 +226,12 @@ def test_an_asynchronous_device_is_timed_after_its_work_is_done():
     the launch: every width looks as cheap as one token. With the device's
     synchronize, c(w) is the work's."""
     unsynced = _AsyncDevice()
-    blind = forward_cost.measure(unsynced.forward, (1, 2, 8), clock=unsynced.clock)
-    assert blind.costs == (1.0, 1.0, 1.0)  # the defect a GPU would show
+    blind = forward_cost.time_widths(unsynced.forward, (1, 2, 8), clock=unsynced.clock)
+    assert ForwardCost((1, 2, 8), blind).costs == pytest.approx((1.0, 1.0, 1.0))  # the defect a GPU would show
     device = _AsyncDevice()
-    table = forward_cost.measure(device.forward, (1, 2, 8), clock=device.clock, synchronize=device.synchronize)
-    assert table.costs == pytest.approx((1.0, 2.01 / 1.01, 8.01 / 1.01))
-    assert device.waits == 2 * forward_cost.REPEATS * 3  # before and after each timed forward
+    times = forward_cost.time_widths(device.forward, (1, 2, 8), clock=device.clock, synchronize=device.synchronize)
+    assert ForwardCost((1, 2, 8), times).costs == pytest.approx((1.0, 2.01 / 1.01, 8.01 / 1.01))
+    assert device.waits == 2 * 3  # before and after each timed forward
     probed = forward_cost.learned(_Model(), "k", device.forward, WIDTHS, clock=device.clock,
                                   synchronize=device.synchronize)
     assert probed(8) == pytest.approx(8.01 / 1.01)
@@ -268,7 +269,7 @@ def test_the_decoder_waits_for_its_device_before_every_clock_read(monkeypatch):
     forward_cost.forget(model)
     ids = torch.tensor([[5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6]])
     pld.generate(model, ids, max_new_tokens=8, eos_token_id=None)
-    cost = list(forward_cost.tables(model).values())[0]
+    cost = list(forward_cost._TABLES[model].values())[0]
     forward_cost.forget(model)
     assert asked == {"cpu"}
     reads = [i for i, e in enumerate(events) if e == "clock"]

@@ -391,7 +391,7 @@ def test_propose_into_buffers_of_every_kind(kind):
 
 
 def test_propose_into_a_slice_of_a_sequence_buffer():
-    # what pld's loop does: the draft lands in the sequence after its end
+    # the draft lands in the sequence after its end, without a copy
     seq = np.zeros(20, dtype=np.int64)
     seq[:9] = [5, 6, 7, 8, 9, 10, 11, 5, 6]
     ix = pld.NgramIndex(3, 1, "first")

@@ -5,10 +5,7 @@ fallbacks, the cache keyword and the crop's sign on every release.
 """
 from __future__ import annotations
 
-import contextlib
 import random
-import subprocess
-import sys
 
 import pytest
 
@@ -198,47 +195,3 @@ def test_truncation_crops_from_the_end_on_this_release():
     assert adapter.cache.get_seq_length() == 5
     assert torch.allclose(got, want, atol=1e-5)
 
-
-def test_cpu_kernels_run_only_for_a_model_on_the_cpu(monkeypatch):
-    """The oneDNN routing and the shared-heads switch are CPU machinery:
-    for a model elsewhere (a stand-in CUDA device here) the adapter enters
-    neither and probes nothing; on the CPU it enters both."""
-    import torch
-
-    from pld import hf_adapter
-
-    model = mf.tiny_model("llama")
-    adapter = hf_adapter.TransformersAdapter(model, hf_adapter._fresh_cache(model))
-    entered = []
-
-    class Kernel:
-        def __init__(self, model, mode):
-            entered.append("linear kernel")
-
-        def routing(self):
-            return contextlib.nullcontext()
-
-    @contextlib.contextmanager
-    def heads():
-        entered.append("shared heads")
-        yield True
-
-    monkeypatch.setattr(hf_adapter, "LinearKernel", Kernel)
-    monkeypatch.setattr(hf_adapter, "shared_kv_heads", heads)
-    monkeypatch.setattr(hf_adapter, "_device", lambda m: torch.device("cuda"))
-    with adapter.kernels():
-        pass
-    assert entered == []
-    monkeypatch.setattr(hf_adapter, "_device", lambda m: torch.device("cpu"))
-    with adapter.kernels():
-        pass
-    assert entered == ["linear kernel", "shared heads"]
-
-
-def test_importing_pld_runs_no_tensor_operation():
-    code = ("import sys, pld, pld.gqa_attention as g; "
-            "assert g._torch_has_gqa.cache_info().currsize == 0, 'an SDPA probe ran at import'; "
-            "print(pld.DecodeConfig.__name__)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip() == "DecodeConfig"

@@ -88,14 +88,14 @@ def test_block_visibility_of_a_chain_is_causal():
 
 def test_choose_rows_picks_one_width_for_every_row():
     from pld.forward_cost import ForwardCost
-    from pld.token_tree import choose, choose_rows
+    from pld.token_tree import choose_rows
 
     cost = ForwardCost([1, 2, 8], [1.0, 1.2, 2.0])
     one = [0.9, 0.8, 0.1, 0.7]
-    assert choose_rows([one], cost, 1, 32) == [choose(one, cost, 1, 32)]
+    assert choose_rows([one], cost, 1, 32) == [[0, 1, 3]]  # (one row: its likely chain)
     # a likely row pays for a width a poor row alone would not: both get it
     rich, poor = [0.95, 0.9, 0.9], [0.05]
-    assert choose(poor, cost, 1, 32) == []
+    assert choose_rows([poor], cost, 1, 32) == [[]]
     chosen = choose_rows([rich, poor], cost, 1, 32)
     assert chosen[0] == [0, 1, 2] and chosen[1] == [0]
     assert choose_rows([rich, []], cost, 1, 2) == [[0, 1], []]  # max_width a row

@@ -231,7 +231,10 @@ def _tree_of(tokens, parents, depths, ngrams=None, supports=None):
 
 def test_choose_is_ancestor_closed_and_follows_the_cost():
     from pld.forward_cost import ForwardCost
-    from pld.token_tree import choose
+    from pld.token_tree import choose_rows
+
+    def choose(reach, cost, pending, max_width):  # one row
+        return choose_rows([reach], cost, pending, max_width)[0]
 
     reach = [0.9, 0.8, 0.1, 0.7, 0.05]  # 0 -> 1 -> 3 (likely), 0 -> 2, 1 -> 4
     flat = ForwardCost([1, 64], [1.0, 1.0])
@@ -297,7 +300,7 @@ def test_the_budget_explores_a_bucket_whose_mean_does_not_pay():
 
     from pld import width_budget
     from pld.forward_cost import ForwardCost
-    from pld.token_tree import AcceptanceModel, choose
+    from pld.token_tree import AcceptanceModel, choose_rows
     from test_tree_successors import _decoder
 
     assert width_budget.EXPLORATION > 0
@@ -320,7 +323,7 @@ def test_the_budget_explores_a_bucket_whose_mean_does_not_pay():
     assert chosen  # hopeful: sqrt(0.09 / 5) = 0.13 more
     acceptance = decoder.acceptance
     mean = acceptance.scaled(acceptance.reach(tree))
-    assert max(mean) < 0.15 and choose(mean, cost, 1, 32) == []
+    assert max(mean) < 0.15 and choose_rows([mean], cost, 1, 32) == [[]]
     assert plan.predicted == pytest.approx(sum(acceptance.reach(tree)[j] for j in chosen))
 
 
@@ -368,14 +371,20 @@ def test_each_origin_learns_its_own_buckets_and_merge_keeps_the_first_origin():
     assert trials[(2, 0, 0, UNKNOWN)] == pytest.approx(4.0 + 10) and hits[(2, 0, 0, UNKNOWN)] == pytest.approx(2.0)
 
 
-def test_attention_mask_sees_context_ancestors_and_self():
+def test_a_tree_forward_sees_context_ancestors_and_self():
+    """The decoder's mask of a tree step (pld.decoder: the row's valid
+    cached slots, then block_visibility over the new tokens, made additive
+    by pld.attention_masks.layer_masks)."""
     import torch
 
-    from pld.token_tree import attention_mask
+    from pld.attention_masks import layer_masks
+    from pld.token_tree import block_visibility
 
-    context = torch.tensor([0, 1, 1, 1])  # one padded column
-    mask = attention_mask(context, cached=3, pending=1, parents=[-1, 0, -1, 2, 1],
-                          dtype=torch.float32)
+    cached = torch.tensor([False, True, True])  # one padded column
+    block = block_visibility([True], [-1, 0, -1, 2, 1], 5)
+    allowed = torch.cat([cached[None].expand(6, 3), block], dim=1)[None]
+    keys, queries = torch.arange(9)[None], torch.arange(3, 9)[None]
+    mask = layer_masks(allowed, keys, queries, [("full_attention", None)], torch.float32)
     assert mask.shape == (1, 1, 6, 9)
     seen = (mask[0, 0] == 0).int().tolist()
     assert seen == [
@@ -401,7 +410,7 @@ def test_walk_descends_while_the_model_agrees():
 
 
 def test_forward_cost_table():
-    from pld.forward_cost import ForwardCost, measure, size_class
+    from pld.forward_cost import ForwardCost, size_class, time_widths
 
     cost = ForwardCost([1, 4, 8], [2.0, 3.0, 2.5])  # a noisy dip is flattened
     assert cost(1) == 1.0 and cost(4) == 1.5 and cost(8) == 1.5
@@ -414,11 +423,8 @@ def test_forward_cost_table():
             ForwardCost(widths, seconds)
     ticks = iter(range(1000))
     calls = []
-    table = measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks))
-    assert calls == [4, 1, 2, 4, 1, 2, 4] and table.costs == (1.0, 1.0, 1.0)
-    calls.clear()
-    measure(calls.append, widths=(1, 2, 4), repeats=2, clock=lambda: next(ticks), warm_up=False)
-    assert calls == [1, 2, 4, 1, 2, 4]  # no untimed first call
+    assert time_widths(calls.append, (1, 2, 4), clock=lambda: next(ticks)) == [1.0, 1.0, 1.0]
+    assert calls == [1, 2, 4]  # each width once, in order, no untimed call
     assert [size_class(n) for n in (0, 255, 256, 1023, 1024, 5000)] == [0, 0, 1, 1, 2, 3]
 
 

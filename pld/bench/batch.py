@@ -17,7 +17,7 @@ warm-up batch:
   greedy_onednn
               batched greedy with the model's linear layers on oneDNN, where
               pld's loop picks that kernel on this machine (what the kernel
-              alone gives; pld.linear_kernel)
+              alone gives; pld.cpu_kernels)
 
 Per task: tokens/s over the whole batch (all new tokens, eos included, over
 the batch's wall time; mean of per-batch ratios to greedy, and the pooled
@@ -74,7 +74,7 @@ def _methods(model: Any, args: Any, pad: int) -> Dict[str, Callable]:
                                       **options, **common)[0]
         return run
 
-    from pld.linear_kernel import LinearKernel
+    from pld.cpu_kernels import LinearKernel
 
     kernel = LinearKernel(model, "auto")  # the choice pld's loop makes on this machine
 

@@ -100,7 +100,7 @@ def _greedy_again(s: Setup) -> Generate:
 def _greedy_onednn(s: Setup) -> Generate:
     import torch
 
-    from pld.linear_kernel import LinearKernel
+    from pld.cpu_kernels import LinearKernel
 
     kernel = LinearKernel(s.model, "onednn")
 
@@ -192,7 +192,7 @@ register("pld_min2", "native loop, no draft from a 1-token match (same output)")
 register("pld_full", "native loop, every draft verified in full: no width budget (same output)")(
     _loop(cost_aware=False))
 register("pld_torch_linear", "the pld default (native loop, width budget) with torch's own linear "
-         "kernel instead of oneDNN (pld.linear_kernel)")(_loop(linear_kernel="torch"))
+         "kernel instead of oneDNN (pld.cpu_kernels)")(_loop(linear_kernel="torch"))
 register("pld_owncache", "the pld default (native loop, width budget) on pld.kv_cache's preallocated "
          "cache, sized for the output")(_loop(cache=_owned_cache))
 register("pld_dynamic_cache", "the pld default (native loop, width budget) on transformers' DynamicCache "
