@@ -109,11 +109,6 @@ def generate(
     processors = _callables("logits_processor", logits_processor)
     criteria = _callables("stopping_criteria", stopping_criteria)
     ids, mask = _checked_inputs(model, input_ids, attention_mask, streamer, on_step)
-    if input_ids.shape[0] > 1:
-        with torch.no_grad():
-            sequences, rows, stats = loop.run_batch(model, ids, config, attention_mask=mask,
-                                                    logits_processor=processors, stopping_criteria=criteria)
-        return Generation(sequences=sequences, prompt_length=input_ids.shape[1], stats=stats, rows=rows)
     if streamer is not None:  # the streamer protocol of generate(): the prompt first, end() last
         streamer.put(input_ids.cpu())
     with torch.no_grad():
@@ -121,7 +116,8 @@ def generate(
                           stopping_criteria=criteria, streamer=streamer, on_step=on_step)
     if streamer is not None:
         streamer.end()
-    return Generation(sequences=result.sequences, prompt_length=input_ids.shape[1], stats=result.stats)
+    return Generation(sequences=result.sequences, prompt_length=input_ids.shape[1], stats=result.stats,
+                      rows=result.rows if input_ids.shape[0] > 1 else None)
 
 
 def _checked_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Any, streamer: Any,
