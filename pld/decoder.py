@@ -54,11 +54,18 @@ __all__ = ["Decoder", "LoopResult", "LoopStats", "StepRecord", "ROW_WISE_PROCESS
 @dataclass
 class Plan:
     """A row's step: its candidate tree (None: no draft), the chosen nodes
-    (creation order) and their predicted accepted count."""
+    (creation order) and their predicted accepted count; the chosen
+    nodes' tokens, parents among them (-1: the root) and depths."""
 
     tree: Optional[TokenTree]
     chosen: List[int]
     predicted: float = 0.0
+
+    def __post_init__(self) -> None:
+        tree, chosen = self.tree, self.chosen if self.tree is not None else []
+        self.nodes = [tree.tokens[j] for j in chosen]
+        self.parents = local_parents(tree, chosen) if chosen else []
+        self.depths = [tree.depths[j] for j in chosen]
 
 
 def source_names(config: DecodeConfig) -> Tuple[str, ...]:
@@ -149,9 +156,7 @@ class Decoder:
     def verify(self, plans: List[Plan]) -> torch.Tensor:
         """Logits [b, 1 + W, V]: each row's root (its last pending token),
         then its W node slots."""
-        nodes = [[p.tree.tokens[j] for j in p.chosen] if p.chosen else [] for p in plans]
-        depths = [[p.tree.depths[j] for j in p.chosen] if p.chosen else [] for p in plans]
-        parents = [local_parents(p.tree, p.chosen) if p.chosen else [] for p in plans]
+        nodes, parents, depths = [p.nodes for p in plans], [p.parents for p in plans], [p.depths for p in plans]
         width = self.pending + max(len(n) for n in nodes)
         self._t_forward = time.perf_counter()
         if self.cost is None or self.prefill:
@@ -178,11 +183,9 @@ class Decoder:
         greedy without processors or scores) or along its processed scores,
         all positions in one call where the processors act on each row as a
         whole; in Python where a processor must see the path so far."""
-        nodes = [plan.tree.tokens[j] for j in plan.chosen] if plan.chosen else []
-        parents = local_parents(plan.tree, plan.chosen) if plan.chosen else []
+        nodes, parents, depths = plan.nodes, plan.parents, plan.depths
         if top is not None:
             return accept_walk.greedy(nodes, parents, top[:1 + len(nodes)])
-        depths = [plan.tree.depths[j] for j in plan.chosen] if plan.chosen else []
         u = accept_walk.Uniforms(depths) if self.config.do_sample else None  # greedy draws nothing
         if not self.row_wise:
             picker = Picker(logits, self.processors, row, u, self.config.output_scores)
@@ -317,11 +320,11 @@ class Decoder:
         if plan.chosen:
             path = [plan.chosen[i] for i in w.path]
             self.acceptance.update(plan.tree, plan.chosen, path, plan.predicted)
-            row.draft_length.update(max(plan.tree.depths[j] for j in plan.chosen), len(w.path))
+            row.draft_length.update(max(plan.depths), len(w.path))
         inputs, before = [row.root], [row.previous]
         if plan.chosen:
             above = [row.root if p < 0 else plan.tree.tokens[p] for p in plan.tree.parents]
-            inputs += [plan.tree.tokens[j] for j in plan.chosen]
+            inputs += plan.nodes
             before += [above[j] for j in plan.chosen]
         for source in self.sources:
             source.observe(row, inputs, before, logits[:len(inputs)])
