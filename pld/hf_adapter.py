@@ -1,8 +1,11 @@
-"""The only code that calls a transformers causal LM and touches its cache.
+"""The model boundary: the only code that calls a transformers causal LM
+and touches its cache.
 
-Every decoding path -- one row with linear drafts, token trees, a batch of
-rows -- goes through :class:`TransformersAdapter`: ``forward`` /
-``forward_rows`` over the tokens not yet cached, the cache operations a
+Before a run's first step :func:`decide` answers, once, what the step needs
+to know of the model and the batch (:class:`Serving`). Every decoding path
+-- one row with linear drafts, token trees, a batch of rows -- then goes
+through :class:`TransformersAdapter`: ``forward_rows`` over the tokens not
+yet cached, the cache operations a
 step needs (``truncate_cache``, ``keep_cache``, ``select_rows``,
 ``gather_slots``) and ``masks`` (the 4D attention masks of a step whose
 queries see only some keys, per kind of layer: pld.attention_masks).
