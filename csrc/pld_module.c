@@ -142,7 +142,6 @@ typedef struct {
     int gil_free_ok;       /* a buffer export: may be read without the GIL */
     int has_view;
     PyObject *capsule;
-    int read_only;         /* a DLPack v1 producer marked the memory read-only */
     /* set before they are read (not cleared by array_view_get): */
     char type_buf[48];     /* type_name of an unusual DLPack type */
     Py_buffer view;
@@ -187,36 +186,15 @@ static char buffer_kind(const char *fmt)
     return 0;
 }
 
-/* writable: ask for a buffer the caller may write to (a read-only one is
- * then a ValueError that says so). */
-static int view_from_buffer(PyObject *obj, const char *arg, array_view *av, int writable)
+static int view_from_buffer(PyObject *obj, const char *arg, array_view *av)
 {
     int i;
-    if (PyObject_GetBuffer(obj, &av->view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
+    if (PyObject_GetBuffer(obj, &av->view, PyBUF_RECORDS_RO) < 0) {
         if (!error_is_replaceable(0))
             return -1;
-        if (writable) {
-            Py_buffer probe;
-            PyObject *et, *ev, *etb;
-            PyErr_Fetch(&et, &ev, &etb);
-            if (PyObject_GetBuffer(obj, &probe, PyBUF_RECORDS_RO) == 0) {
-                PyBuffer_Release(&probe);
-                PyErr_Restore(et, ev, etb);
-                return raise_from_pending(PyExc_ValueError, "%s: the %.100s is read-only", arg,
-                                          Py_TYPE(obj)->tp_name);
-            }
-            if (!error_is_replaceable(0)) {
-                Py_XDECREF(et);
-                Py_XDECREF(ev);
-                Py_XDECREF(etb);
-                return -1;
-            }
-            PyErr_Clear(); /* the probe's own refusal: the first one is reported */
-            PyErr_Restore(et, ev, etb);
-        }
         return raise_from_pending(PyExc_TypeError,
-                                  "%s: the %.100s buffer cannot be %s as a typed array", arg,
-                                  Py_TYPE(obj)->tp_name, writable ? "written" : "read");
+                                  "%s: the %.100s buffer cannot be read as a typed array", arg,
+                                  Py_TYPE(obj)->tp_name);
     }
     av->has_view = 1;
     av->gil_free_ok = 1;
@@ -392,7 +370,6 @@ static int view_from_dlpack(PyObject *obj, PyObject *method, const char *arg, ar
             return -1;
         }
         t = &m->dl_tensor;
-        av->read_only = (m->flags & PLD_DL_FLAG_READ_ONLY) != 0;
     } else {
         PyErr_Format(PyExc_TypeError, "%s: __dlpack__ did not return a DLPack capsule", arg);
         return -1;
@@ -401,21 +378,20 @@ static int view_from_dlpack(PyObject *obj, PyObject *method, const char *arg, ar
 }
 
 /* 1: obj is an array and av is filled; 0: not an array; -1: error (av may
- * hold a view all the same: release it). writable: the caller will write to
- * the memory, so a read-only one is an error. For reading, text and bytes are
- * refused here: their bytes would pass for uint8 ids. */
-static int array_view_get(PyObject *obj, const char *arg, array_view *av, int writable)
+ * hold a view all the same: release it). Text and bytes are refused here:
+ * their bytes would pass for uint8 ids. */
+static int array_view_get(PyObject *obj, const char *arg, array_view *av)
 {
     PyObject *method;
     int rc;
     memset(av, 0, offsetof(array_view, type_buf)); /* (the rest is written before it is read) */
-    if (!writable && (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj))) {
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s: expected token ids or an array, got %.100s", arg,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
     if (PyObject_CheckBuffer(obj))
-        return view_from_buffer(obj, arg, av, writable) < 0 ? -1 : 1;
+        return view_from_buffer(obj, arg, av) < 0 ? -1 : 1;
     if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || PyLong_CheckExact(obj) ||
         PyType_Check(obj))
         return 0;
@@ -428,13 +404,7 @@ static int array_view_get(PyObject *obj, const char *arg, array_view *av, int wr
     }
     rc = view_from_dlpack(obj, method, arg, av);
     Py_DECREF(method);
-    if (rc < 0)
-        return -1;
-    if (writable && av->read_only) {
-        PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    return 1;
+    return rc < 0 ? -1 : 1;
 }
 
 /* ============================================================ token inputs */
@@ -667,7 +637,7 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar, tok
         ti->gil_free_ok = 1;
         return 0;
     }
-    got = array_view_get(obj, arg, &ti->av, 0);
+    got = array_view_get(obj, arg, &ti->av);
     if (got > 0)
         got = tokens_from_array(ti, arg, allow_scalar);
     else if (got == 0 && allow_scalar && PyIndex_Check(obj) && !PySequence_Check(obj)) {
@@ -737,7 +707,7 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
         PyErr_Format(PyExc_TypeError, "%s: expected a float array, got None", arg);
         return -1;
     }
-    got = array_view_get(obj, arg, av, 0);
+    got = array_view_get(obj, arg, av);
     if (got < 0) {
         array_view_release(av);
         return -1;
@@ -1281,69 +1251,6 @@ static PyObject *NgramIndex_extend(NgramIndexObject *self, PyObject *tokens)
     Py_RETURN_NONE;
 }
 
-/* The out= of propose: a writable, contiguous 1-D int64 or int32 array in
- * CPU memory (a NumPy array, a torch tensor, array.array, any writable
- * buffer) with room for k ids. Fills av (release it) or raises. */
-static int draft_out_get(PyObject *obj, size_t k, array_view *av)
-{
-    static const char arg[] = "out";
-    int got = array_view_get(obj, arg, av, 1);
-    if (got < 0)
-        goto error;
-    if (got == 0) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected a writable int64 or int32 array, got %.100s", arg,
-                     Py_TYPE(obj)->tp_name);
-        goto error;
-    }
-    if (av->kind != 'i' || (av->itemsize != 8 && av->itemsize != 4)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected an int64 or int32 array, got %s elements",
-                     arg, av->type_name);
-        goto error;
-    }
-    if (av->ndim != 1) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a 1-D array, got %d dimensions", arg,
-                     av->ndim);
-        goto error;
-    }
-    if ((size_t)av->shape[0] < k) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: room for %zd ids, but num_pred_tokens is %zu", arg, av->shape[0], k);
-        goto error;
-    }
-    if (av->strides[0] != av->itemsize && av->shape[0] > 1) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous array, got a strided view",
-                     arg);
-        goto error;
-    }
-    return 0;
-error:
-    array_view_release(av);
-    return -1;
-}
-
-/* The n ids of draft into out's memory (checked by draft_out_get): all or,
- * if one does not fit an int32 out, none. */
-static int draft_out_write(const array_view *av, const int64_t *draft, size_t n)
-{
-    size_t i;
-    if (av->itemsize == 8) {
-        memcpy(av->data, draft, n * sizeof(int64_t));
-        return 0;
-    }
-    for (i = 0; i < n; i++)
-        if (draft[i] < INT32_MIN || draft[i] > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "out: draft id %lld does not fit in int32",
-                         (long long)draft[i]);
-            return -1;
-        }
-    for (i = 0; i < n; i++) { /* out may sit at any byte offset */
-        int32_t v = (int32_t)draft[i];
-        memcpy(av->data + i * sizeof(int32_t), &v, sizeof(v));
-    }
-    return 0;
-}
-
 /* The draft as a list of ints, the ids' int objects fetched first from the
  * int cache (use_cache: the caller runs in the interpreter it serves). */
 static PyObject *draft_list(const int64_t *draft, size_t n, int use_cache)
@@ -1380,22 +1287,16 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
                                     Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"num_pred_tokens", "semantics", "max_length",
-                                        "eos_token_id", "out"};
-    PyObject *a[5], *result = NULL;
+                                        "eos_token_id"};
+    PyObject *a[4], *result = NULL;
     size_t k = 10, n;
     opts_holder oh;
-    array_view out;
-    int has_out = 0;
     if (index_check(self) < 0)
         return NULL;
-    if (nargs <= 1 && (kwnames == NULL ||
-                       (PyTuple_GET_SIZE(kwnames) == 1 &&
-                        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "out") == 0))) {
-        /* the per-step calls: propose(k) and propose(k, out=buffer) */
+    if (nargs <= 1 && kwnames == NULL) { /* the per-step call: propose(k) */
         a[0] = nargs ? args[0] : NULL;
         a[1] = a[2] = a[3] = NULL;
-        a[4] = kwnames ? args[nargs] : NULL;
-    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 5, 4, a) < 0) {
+    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 4, 4, a) < 0) {
         return NULL;
     }
     if (a[0] && parse_size(a[0], "num_pred_tokens", 1, PLD_MAX_DRAFT, &k) < 0)
@@ -1409,13 +1310,6 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     } else if (parse_opts(a[1], a[2], a[3], &oh) < 0) {
         return NULL;
     }
-    /* out's view first: a producer's __dlpack__ runs Python code, which must
-     * not see the index between propose and the write */
-    if (a[4] != NULL && a[4] != Py_None) {
-        if (draft_out_get(a[4], k, &out) < 0)
-            goto done;
-        has_out = 1;
-    }
     if (index_check(self) < 0) /* the conversions above ran Python code */
         goto done;
     if (k > self->draft_cap) {
@@ -1428,13 +1322,8 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
         self->draft_cap = k;
     }
     n = pld_index_propose_n(self->index, k, &oh.opts, self->draft, &self->last_ngram);
-    if (has_out)
-        result = draft_out_write(&out, self->draft, n) < 0 ? NULL : PyLong_FromSize_t(n);
-    else
-        result = draft_list(self->draft, n, self->int_cache_ok);
+    result = draft_list(self->draft, n, self->int_cache_ok);
 done:
-    if (has_out)
-        array_view_release(&out);
     opts_release(&oh);
     return result;
 }
@@ -1706,12 +1595,8 @@ static PyMethodDef NgramIndex_methods[] = {
     {"extend", (PyCFunction)NgramIndex_extend, METH_O,
      "extend(tokens)\n--\n\nAppend one token id or a sequence/array/tensor of ids."},
     {"propose", (PyCFunction)(void (*)(void))NgramIndex_propose, METH_FASTCALL | METH_KEYWORDS,
-     "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None, out=None)\n--\n\n"
-     "The draft for the current sequence, as a list of ints (possibly empty).\n\n"
-     "With out (a writable, contiguous 1-D int64 or int32 array in CPU memory -- a NumPy\n"
-     "array, a torch tensor, array.array -- with room for num_pred_tokens ids): write\n"
-     "the draft to out[:n] and return n; out[n:] is left as it was. No list and no int\n"
-     "objects are made: a loop writes the draft straight into its sequence buffer."},
+     "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None)\n--\n\n"
+     "The draft for the current sequence, as a list of ints (possibly empty)."},
     {"propose_tree", (PyCFunction)(void (*)(void))NgramIndex_propose_tree,
      METH_FASTCALL | METH_KEYWORDS,
      "propose_tree(depth, per_ngram=4, max_nodes=64, eos_token_id=None)\n--\n\n"

@@ -356,7 +356,6 @@ ENTRY_POINTS = {
     "choices": lambda g: pld.accept_greedy([], g),
     "parents": lambda g: pld.accept_greedy([1], [1, 2], g),
     "probs": lambda g: pld.accept_sample([], g, [0.5]),
-    "out": lambda g: pld.NgramIndex(2).propose(1, out=g),
     "tokens (corpus)": lambda g: _core.Corpus(1000).add(g),
     "context": lambda g: _core.Corpus(1000).propose_tree(g, 3),
     "context (index)": lambda g: pld.NgramIndex(2, 1, "recent").propose_tree_after(g, 3),
@@ -487,17 +486,6 @@ assert len(pld.accept_sample(draft, probs, u)[0]) >= 1
 """)
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32"])
-def test_misaligned_out_buffer(dtype):
-    assert_child_ok(MISALIGNED + f"""
-ix = pld.NgramIndex(2)
-ix.extend([1, 2, 3, 4, 1, 2])
-out = misaligned([0] * 4, {dtype!r})
-n = ix.propose(3, out=out)
-assert list(out[:n]) == ix.propose(3) == [3, 4, 1]
-""")
-
-
 @pytest.mark.parametrize("dtype", [">i8", ">i4", ">f4"])
 def test_byte_swapped_buffers_are_refused(dtype):
     arr = np.zeros((3, 4) if "f" in dtype else 4, dtype=dtype)
@@ -507,8 +495,6 @@ def test_byte_swapped_buffers_are_refused(dtype):
     else:
         with pytest.raises(TypeError, match="input_ids"):
             pld.find_candidate_pred_tokens(arr, 2, 2)
-        with pytest.raises((TypeError, ValueError), match="out"):
-            pld.NgramIndex(2).propose(2, out=arr)
 
 
 # ======================================================= 4. swallowed errors
@@ -545,7 +531,8 @@ calls = {{
     "float": [lambda: pld.accept_sample([1], probs, [0.5, Flt()])],
     "dlpack": [lambda: pld.NgramIndex(2).extend(Producer()),
                lambda: pld.accept_sample([1], Producer(), [0.5, 0.5]),
-               lambda: pld.NgramIndex(2).propose(2, out=Producer())],
+               lambda: pld.find_candidate_pred_tokens([1, 2], 2, 2, semantics="transformers",
+                                                      eos_token_id=Producer())],
     "getattr": [lambda: pld.NgramIndex(2).extend(Attr()),
                 lambda: pld.accept_sample([1], Attr(), [0.5, 0.5])],
 }}[where]
