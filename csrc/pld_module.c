@@ -2,10 +2,14 @@
  * pld_module.c -- the CPython binding of the pld core (module pld._core).
  *
  * The only file that talks to Python. It turns Python objects into
- * (pointer, length) views without copying where it can -- the buffer
- * protocol (NumPy, array.array, memoryview), DLPack (torch and friends,
- * without linking them), or a copy for lists and strided or misaligned
- * inputs -- calls the core, and turns the answer back into Python objects.
+ * (pointer, length) views without copying where it can, calls the core, and
+ * turns the answer back into Python objects. Token ids come in three kinds:
+ * a sequence of ints (copied), a 1-D C-contiguous integer buffer in native
+ * byte order (NumPy, array.array, memoryview: read in place, or copied when
+ * misaligned or narrower than int32), and a DLPack tensor (torch and
+ * friends, without linking them; [L] or [1, L], any strides). Any other
+ * buffer -- byte-swapped, strided, multi-dimensional (np.matrix) -- is
+ * refused with an error naming the argument.
  *
  * Rules every entry point keeps (caller memory is never read while Python
  * code can run, and no error is swallowed):
@@ -143,7 +147,7 @@ typedef struct {
     int has_view;
     PyObject *capsule;
     /* set before they are read (not cleared by array_view_get): */
-    char type_buf[48];     /* type_name of an unusual DLPack type */
+    char type_buf[48];     /* type_name of an unusual DLPack type or buffer format */
     Py_buffer view;
 } array_view;
 
@@ -162,16 +166,15 @@ static inline int is_aligned(const void *p, int size)
     return ((uintptr_t)p & (uintptr_t)(size - 1)) == 0;
 }
 
-/* The kind of a buffer's struct-module format; 0 if none is supported. */
+/* The kind of a buffer's struct-module format; 0 if none is supported (a
+ * byte order other than the machine's included). */
 static char buffer_kind(const char *fmt)
 {
     char c;
     if (fmt == NULL)
         fmt = "B";
-    if (*fmt == '@' || *fmt == '=' || *fmt == '<')
+    if (*fmt == '@' || *fmt == '=' || *fmt == (PY_LITTLE_ENDIAN ? '<' : '>'))
         fmt++;
-    else if (*fmt == '>' || *fmt == '!')
-        return 0; /* big-endian data */
     if (fmt[0] == '\0' || fmt[1] != '\0')
         return 0;
     c = fmt[0];
@@ -186,6 +189,8 @@ static char buffer_kind(const char *fmt)
     return 0;
 }
 
+/* av from obj's buffer. A format nothing here reads gets kind 'x' and a
+ * type_name that quotes it (and no shape): the caller refuses it. */
 static int view_from_buffer(PyObject *obj, const char *arg, array_view *av)
 {
     int i;
@@ -198,14 +203,15 @@ static int view_from_buffer(PyObject *obj, const char *arg, array_view *av)
     }
     av->has_view = 1;
     av->gil_free_ok = 1;
-    av->itemsize = (int)av->view.itemsize;
+    av->itemsize = av->view.itemsize >= 1 && av->view.itemsize <= 8 ? (int)av->view.itemsize : 0;
     av->kind = buffer_kind(av->view.format);
     av->type_name = av->kind ? dtype_name(av->kind, av->itemsize) : NULL;
-    if (av->type_name == NULL || av->view.itemsize < 1) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: unsupported element format '%s' (expected native integers or floats)",
-                     arg, av->view.format ? av->view.format : "B");
-        return -1;
+    if (av->type_name == NULL) {
+        av->kind = 'x';
+        PyOS_snprintf(av->type_buf, sizeof(av->type_buf), "buffer format '%.20s'",
+                      av->view.format ? av->view.format : "B");
+        av->type_name = av->type_buf;
+        return 0;
     }
     if (av->view.ndim < 0 || av->view.ndim > PLD_MAX_DIMS) {
         PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %d", arg,
@@ -505,10 +511,33 @@ static int id_from_object(PyObject *item, const char *arg, int64_t *out)
     return 0;
 }
 
-static int tokens_from_array(token_input *ti, const char *arg, int allow_scalar)
+/* A buffer of token ids is 1-D (0-d: one id, where allow_scalar), C-contiguous
+ * and of integers in native byte order; anything else is refused here. (A
+ * DLPack tensor may be [1, L] and strided: it is checked field by field.) */
+static int token_buffer_check(PyObject *obj, const array_view *av, const char *arg,
+                              int allow_scalar)
+{
+#define EXPECTED "%s: expected a 1-D C-contiguous integer buffer in native byte order, got "
+    const char *type = Py_TYPE(obj)->tp_name;
+    if (av->kind != 'i' && av->kind != 'u')
+        PyErr_Format(PyExc_TypeError, EXPECTED "%s%s (%.100s)", arg, av->type_name,
+                     av->kind == 'x' ? "" : " elements", type);
+    else if (av->ndim == 1 && av->shape[0] > 1 && av->strides[0] != av->itemsize)
+        PyErr_Format(PyExc_ValueError, EXPECTED "a strided view (%.100s)", arg, type);
+    else if (!(av->ndim == 1 || (av->ndim == 0 && allow_scalar)))
+        PyErr_Format(PyExc_ValueError, EXPECTED "%d dimensions (%.100s)", arg, av->ndim, type);
+    else
+        return 0;
+    return -1;
+#undef EXPECTED
+}
+
+static int tokens_from_array(PyObject *obj, token_input *ti, const char *arg, int allow_scalar)
 {
     array_view *av = &ti->av;
     Py_ssize_t n, stride, i;
+    if (av->capsule == NULL && token_buffer_check(obj, av, arg, allow_scalar) < 0)
+        return -1;
     if (av->kind != 'i' && av->kind != 'u') {
         PyErr_Format(PyExc_TypeError, "%s: expected integer token ids, got %s elements", arg,
                      av->type_name);
@@ -619,27 +648,20 @@ error:
     return rc;
 }
 
-/* Fill ti from a tensor, array, buffer, sequence or (allow_scalar) an int or
- * a 0-d integer array. */
+/* Fill ti from a DLPack tensor, a buffer, a sequence or (allow_scalar) an
+ * int, anything else with __index__, or a 0-d integer array. */
 static int token_input_get(PyObject *obj, const char *arg, int allow_scalar, token_input *ti)
 {
-    int got;
+    int got = 0;
     memset(ti, 0, sizeof(*ti));
     if (obj == Py_None) {
         PyErr_Format(PyExc_TypeError, "%s: expected token ids, got None", arg);
         return -1;
     }
-    if (allow_scalar && PyLong_Check(obj)) {
-        if (id_from_object(obj, arg, &ti->scalar) < 0)
-            return -1;
-        ti->data = &ti->scalar;
-        ti->len = 1;
-        ti->gil_free_ok = 1;
-        return 0;
-    }
-    got = array_view_get(obj, arg, &ti->av);
+    if (!(allow_scalar && PyLong_Check(obj)))
+        got = array_view_get(obj, arg, &ti->av);
     if (got > 0)
-        got = tokens_from_array(ti, arg, allow_scalar);
+        got = tokens_from_array(obj, ti, arg, allow_scalar);
     else if (got == 0 && allow_scalar && PyIndex_Check(obj) && !PySequence_Check(obj)) {
         got = id_from_object(obj, arg, &ti->scalar);
         ti->data = &ti->scalar;
@@ -1593,7 +1615,8 @@ static PyObject *NgramIndex_repr(NgramIndexObject *self)
 
 static PyMethodDef NgramIndex_methods[] = {
     {"extend", (PyCFunction)NgramIndex_extend, METH_O,
-     "extend(tokens)\n--\n\nAppend one token id or a sequence/array/tensor of ids."},
+     "extend(tokens)\n--\n\nAppend one token id, or a sequence of ids, a 1-D C-contiguous integer\n"
+     "buffer in native byte order, or a DLPack tensor ([L] or [1, L])."},
     {"propose", (PyCFunction)(void (*)(void))NgramIndex_propose, METH_FASTCALL | METH_KEYWORDS,
      "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None)\n--\n\n"
      "The draft for the current sequence, as a list of ints (possibly empty)."},
@@ -2040,10 +2063,10 @@ static PyObject *Corpus_repr(CorpusObject *self)
 
 static PyMethodDef Corpus_methods[] = {
     {"add", (PyCFunction)Corpus_add, METH_O,
-     "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor or\n"
-     "array): ids >= 0 (and below the bound _bind_vocab set), at most max_tokens of them;\n"
-     "an empty one is ignored. Then, while more than max_tokens tokens are held, the\n"
-     "oldest segment is dropped."},
+     "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor, a 1-D\n"
+     "C-contiguous integer array in native byte order): ids >= 0 (and below the bound\n"
+     "_bind_vocab set), at most max_tokens of them; an empty one is ignored. Then, while\n"
+     "more than max_tokens tokens are held, the oldest segment is dropped."},
     {"_bind_vocab", (PyCFunction)(void (*)(void))Corpus_bind_vocab, METH_FASTCALL,
      "_bind_vocab(vocab_size, set)\n--\n\nThe largest id held if it is >= vocab_size, else -1;\n"
      "with set true, vocab_size becomes the bound later adds are checked against (the\n"

@@ -1,7 +1,9 @@
 """Type stubs of the C extension pld._core."""
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-TokenIds = Any  # torch tensor [L] / [1, L], NumPy integer array, buffer, or sequence of ints
+# a sequence of ints; a 1-D C-contiguous integer buffer in native byte order
+# (NumPy, array.array, memoryview); or a DLPack tensor [L] / [1, L] (torch)
+TokenIds = Any
 EosIds = Union[None, int, Sequence[int], Any]
 
 MAX_NGRAM: int

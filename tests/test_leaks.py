@@ -79,13 +79,15 @@ def test_find_candidate_list_no_leak():
 
 def test_find_candidate_numpy_no_leak():
     view = np.repeat(ARR, 2)[::2]
+    swapped = ARR.astype(ARR.dtype.newbyteorder())
 
     def fn():
         pld.find_candidate_pred_tokens(ARR, 3, 5)
         pld.find_candidate_pred_tokens(ARR32[None], 2, 7, semantics="transformers")
-        pld.find_candidate_pred_tokens(view, 3, 5)
+        raising(lambda: pld.find_candidate_pred_tokens(view, 3, 5))()  # refused buffers
+        raising(lambda: pld.find_candidate_pred_tokens(swapped, 3, 5))()
 
-    run_flat(fn, [ARR, ARR32, view])
+    run_flat(fn, [ARR, ARR32, view, swapped])
 
 
 def test_find_candidate_errors_no_leak():
