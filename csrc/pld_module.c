@@ -676,24 +676,23 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar, tok
     return 0;
 }
 
-/* The ids of obj copied into memory the caller owns (PyMem_Free), with
- * room for `extra` more; *len receives their number. Nothing of obj is
- * held afterwards, so later conversions may run Python code. */
-static int64_t *ids_copy(PyObject *obj, const char *arg, size_t extra, size_t *len)
+/* The ids of obj copied into memory the caller owns (PyMem_Free); *len
+ * receives their number. Nothing of obj is held afterwards, so later
+ * conversions may run Python code. */
+static int64_t *ids_copy(PyObject *obj, const char *arg, size_t *len)
 {
     token_input ti;
     int64_t *ids;
     size_t i;
     if (token_input_get(obj, arg, 0, &ti) < 0)
         return NULL;
-    ids = PyMem_Malloc((ti.len + extra + 1) * sizeof(int64_t));
-    if (ids == NULL) {
-        token_input_release(&ti);
+    ids = ti.owned; /* the conversion's own copy, when it made one */
+    ti.owned = NULL;
+    if (ids == NULL && (ids = PyMem_Malloc((ti.len + 1) * sizeof(int64_t))) == NULL)
         PyErr_NoMemory();
-        return NULL;
-    }
-    for (i = 0; i < ti.len; i++)
-        ids[i] = token_at(&ti, i);
+    else if (ids != ti.data)
+        for (i = 0; i < ti.len; i++)
+            ids[i] = token_at(&ti, i);
     *len = ti.len;
     token_input_release(&ti);
     return ids;
@@ -1471,42 +1470,40 @@ static PyObject *tree_call_result(tree_call *tc, pld_status st, size_t n, const 
     return result;
 }
 
-static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
-                                         Py_ssize_t nargs, PyObject *kwnames)
+/* propose_tree and (after: the trie after another sequence, its first
+ * argument) propose_tree_after. */
+static PyObject *index_tree(NgramIndexObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames, int after)
 {
+    const char *fname = after ? "propose_tree_after" : "propose_tree";
     tree_call tc;
     size_t n = 0;
     pld_status st;
     if (index_check(self) < 0 ||
-        tree_call_parse(&tc, "propose_tree", args, nargs, kwnames, 0, 0) < 0)
+        tree_call_parse(&tc, fname, args, nargs, kwnames, after, pld_index_max_n(self->index)) < 0)
         return NULL;
     if (index_check(self) < 0) { /* (re-initialised by a conversion) */
         tree_call_release(&tc);
         return NULL;
     }
-    st = pld_index_propose_tree(self->index, tc.depth, tc.per_ngram, tc.max_nodes,
-                                tc.oh.opts.eos, tc.oh.opts.n_eos, tc.nodes, &n);
-    return tree_call_result(&tc, st, n, "propose_tree", self->int_cache_ok);
+    st = after ? pld_index_propose_tree_after(self->index, tc.tail, tc.tlen, tc.depth,
+                                              tc.per_ngram, tc.max_nodes, tc.oh.opts.eos,
+                                              tc.oh.opts.n_eos, tc.nodes, &n)
+               : pld_index_propose_tree(self->index, tc.depth, tc.per_ngram, tc.max_nodes,
+                                        tc.oh.opts.eos, tc.oh.opts.n_eos, tc.nodes, &n);
+    return tree_call_result(&tc, st, n, fname, self->int_cache_ok);
+}
+
+static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames)
+{
+    return index_tree(self, args, nargs, kwnames, 0);
 }
 
 static PyObject *NgramIndex_propose_tree_after(NgramIndexObject *self, PyObject *const *args,
                                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    tree_call tc;
-    size_t n = 0;
-    pld_status st;
-    if (index_check(self) < 0 ||
-        tree_call_parse(&tc, "propose_tree_after", args, nargs, kwnames, 1,
-                        pld_index_max_n(self->index)) < 0)
-        return NULL;
-    if (index_check(self) < 0) {
-        tree_call_release(&tc);
-        return NULL;
-    }
-    st = pld_index_propose_tree_after(self->index, tc.tail, tc.tlen, tc.depth, tc.per_ngram,
-                                      tc.max_nodes, tc.oh.opts.eos, tc.oh.opts.n_eos,
-                                      tc.nodes, &n);
-    return tree_call_result(&tc, st, n, "propose_tree_after", self->int_cache_ok);
+    return index_tree(self, args, nargs, kwnames, 1);
 }
 
 /* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
@@ -1556,50 +1553,27 @@ static Py_ssize_t NgramIndex_len(NgramIndexObject *self)
     return (Py_ssize_t)pld_index_len(self->index);
 }
 
-static PyObject *NgramIndex_get_nbytes(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromSize_t(pld_index_nbytes(self->index) + self->draft_cap * sizeof(int64_t));
-}
-
 static PyObject *NgramIndex_get_last_ngram(NgramIndexObject *self, void *c)
 {
     (void)c;
     return PyLong_FromSize_t(self->last_ngram);
 }
 
-static PyObject *NgramIndex_get_hash_seed(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromUnsignedLongLong(pld_index_key(self->index));
-}
+/* The getters of the index (which: one of these). */
+enum { INDEX_NBYTES, INDEX_POLICY, INDEX_HASH_SEED, INDEX_MIN_N, INDEX_MAX_N };
 
-static PyObject *NgramIndex_get_policy(NgramIndexObject *self, void *c)
+static PyObject *NgramIndex_get(NgramIndexObject *self, void *which)
 {
-    (void)c;
     if (index_check(self) < 0)
         return NULL;
-    return PyUnicode_FromString(policy_names[pld_index_policy(self->index)]);
-}
-
-static PyObject *NgramIndex_get_min(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromSize_t(pld_index_min_n(self->index));
-}
-
-static PyObject *NgramIndex_get_max(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromSize_t(pld_index_max_n(self->index));
+    switch ((int)(intptr_t)which) {
+    case INDEX_NBYTES:
+        return PyLong_FromSize_t(pld_index_nbytes(self->index) + self->draft_cap * sizeof(int64_t));
+    case INDEX_POLICY: return PyUnicode_FromString(policy_names[pld_index_policy(self->index)]);
+    case INDEX_HASH_SEED: return PyLong_FromUnsignedLongLong(pld_index_key(self->index));
+    case INDEX_MIN_N: return PyLong_FromSize_t(pld_index_min_n(self->index));
+    default: return PyLong_FromSize_t(pld_index_max_n(self->index));
+    }
 }
 
 static PyObject *NgramIndex_repr(NgramIndexObject *self)
@@ -1651,16 +1625,20 @@ static PyMethodDef NgramIndex_methods[] = {
      "tokens()\n--\n\nThe indexed sequence as a list of ints."},
     {NULL, NULL, 0, NULL}};
 
+/* A read-only attribute: fn(self, which) serves several. */
+#define GETTER(name, fn, which, doc) \
+    {name, (getter)fn, NULL, doc, (void *)(intptr_t)(which)}
+
 static PyGetSetDef NgramIndex_getset[] = {
-    {"nbytes", (getter)NgramIndex_get_nbytes, NULL, "Heap bytes owned by the index.", NULL},
-    {"policy", (getter)NgramIndex_get_policy, NULL, "The match policy.", NULL},
-    {"hash_seed", (getter)NgramIndex_get_hash_seed, NULL,
-     "The key of the index's hash (random unless given as seed=): ids crafted to collide\n"
-     "under one key do not collide under another.", NULL},
-    {"min_ngram_size", (getter)NgramIndex_get_min, NULL, "Smallest n-gram size.", NULL},
-    {"max_ngram_size", (getter)NgramIndex_get_max, NULL, "Largest n-gram size.", NULL},
-    {"last_ngram", (getter)NgramIndex_get_last_ngram, NULL,
-     "Size of the n-gram match behind the last proposal (0: it proposed nothing).", NULL},
+    GETTER("nbytes", NgramIndex_get, INDEX_NBYTES, "Heap bytes owned by the index."),
+    GETTER("policy", NgramIndex_get, INDEX_POLICY, "The match policy."),
+    GETTER("hash_seed", NgramIndex_get, INDEX_HASH_SEED,
+           "The key of the index's hash (random unless given as seed=): ids crafted to collide\n"
+           "under one key do not collide under another."),
+    GETTER("min_ngram_size", NgramIndex_get, INDEX_MIN_N, "Smallest n-gram size."),
+    GETTER("max_ngram_size", NgramIndex_get, INDEX_MAX_N, "Largest n-gram size."),
+    GETTER("last_ngram", NgramIndex_get_last_ngram, 0,
+           "Size of the n-gram match behind the last proposal (0: it proposed nothing)."),
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods NgramIndex_as_sequence = {
@@ -2090,25 +2068,22 @@ static PyMethodDef Corpus_methods[] = {
      "clear()\n--\n\nDrop every sequence (not counted as evicted)."},
     {NULL, NULL, 0, NULL}};
 
-#define CORPUS_GETTER(name, fn, which, doc) \
-    {name, (getter)fn, NULL, doc, (void *)(intptr_t)(which)}
-
 static PyGetSetDef Corpus_getset[] = {
-    CORPUS_GETTER("num_sequences", Corpus_get_state, CORPUS_SEQUENCES, "Sequences held."),
-    CORPUS_GETTER("evicted", Corpus_get_state, CORPUS_EVICTED,
+    GETTER("num_sequences", Corpus_get_state, CORPUS_SEQUENCES, "Sequences held."),
+    GETTER("evicted", Corpus_get_state, CORPUS_EVICTED,
                   "Sequences dropped so far to keep within max_tokens (clear() drops none)."),
-    CORPUS_GETTER("nbytes", Corpus_get_state, CORPUS_NBYTES, "Heap bytes owned."),
-    CORPUS_GETTER("max_id", Corpus_get_state, CORPUS_MAX_ID,
+    GETTER("nbytes", Corpus_get_state, CORPUS_NBYTES, "Heap bytes owned."),
+    GETTER("max_id", Corpus_get_state, CORPUS_MAX_ID,
                   "The largest token id held; -1 when empty."),
-    CORPUS_GETTER("segments_used", Corpus_get_state, CORPUS_SEGMENTS_USED,
+    GETTER("segments_used", Corpus_get_state, CORPUS_SEGMENTS_USED,
                   "Segments (generations) in use."),
-    CORPUS_GETTER("max_tokens", Corpus_get_setting, CORPUS_MAX_TOKENS,
+    GETTER("max_tokens", Corpus_get_setting, CORPUS_MAX_TOKENS,
                   "The most tokens held (separators not counted)."),
-    CORPUS_GETTER("min_ngram", Corpus_get_setting, CORPUS_MIN_NGRAM, "Smallest n-gram size."),
-    CORPUS_GETTER("max_ngram", Corpus_get_setting, CORPUS_MAX_NGRAM, "Largest n-gram size."),
-    CORPUS_GETTER("segments", Corpus_get_setting, CORPUS_SEGMENTS,
+    GETTER("min_ngram", Corpus_get_setting, CORPUS_MIN_NGRAM, "Smallest n-gram size."),
+    GETTER("max_ngram", Corpus_get_setting, CORPUS_MAX_NGRAM, "Largest n-gram size."),
+    GETTER("segments", Corpus_get_setting, CORPUS_SEGMENTS,
                   "The most segments (generations) held."),
-    CORPUS_GETTER("hash_seed", Corpus_get_setting, CORPUS_HASH_SEED,
+    GETTER("hash_seed", Corpus_get_setting, CORPUS_HASH_SEED,
                   "The key of the segments' hashes (random unless given)."),
     {NULL, NULL, NULL, NULL, NULL}};
 
@@ -2170,7 +2145,7 @@ static int tree_parents(PyObject *obj, tree_args *ta)
             ta->parents[i] = (int64_t)i - 1;
         return 0;
     }
-    ta->parents = ids_copy(obj, "parents", 0, &len);
+    ta->parents = ids_copy(obj, "parents", &len);
     if (ta->parents == NULL)
         return -1;
     if (len != ta->n) {
@@ -2192,7 +2167,7 @@ static int tree_parents(PyObject *obj, tree_args *ta)
 static int tree_args_get(PyObject *tokens, PyObject *parents, tree_args *ta)
 {
     memset(ta, 0, sizeof(*ta));
-    ta->nodes = ids_copy(tokens, "tokens", 0, &ta->n);
+    ta->nodes = ids_copy(tokens, "tokens", &ta->n);
     if (ta->nodes == NULL || tree_parents(parents, ta) < 0)
         return -1;
     ta->path = PyMem_Malloc((ta->n + 1) * sizeof(size_t));
@@ -2250,7 +2225,7 @@ static PyObject *py_accept_greedy(PyObject *self, PyObject *const *args, Py_ssiz
     /* every argument copied as it is read: converting one may run Python code */
     if (tree_args_get(a[0], a[2], &ta) < 0)
         goto error;
-    choices = ids_copy(a[1], "choices", 0, &n_choices);
+    choices = ids_copy(a[1], "choices", &n_choices);
     if (choices == NULL)
         goto error;
     if (n_choices < ta.n + 1) {
@@ -2393,7 +2368,7 @@ static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     if (nargs == 2 && parse_seed(args[1], "seed", &seed) < 0)
         return NULL;
-    key = ids_copy(args[0], "tokens", 0, &n);
+    key = ids_copy(args[0], "tokens", &n);
     if (key == NULL)
         return NULL;
     if (n < 1 || n > PLD_MAX_NGRAM + 1)
