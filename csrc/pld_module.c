@@ -2,10 +2,14 @@
  * pld_module.c -- the CPython binding of the pld core (module pld._core).
  *
  * The only file that talks to Python. It turns Python objects into
- * (pointer, length) views without copying where it can -- the buffer
- * protocol (NumPy, array.array, memoryview), DLPack (torch and friends,
- * without linking them), or a copy for lists and strided or misaligned
- * inputs -- calls the core, and turns the answer back into Python objects.
+ * (pointer, length) views without copying where it can, calls the core, and
+ * turns the answer back into Python objects. Token ids come in three kinds:
+ * a sequence of ints (copied), a 1-D C-contiguous integer buffer in native
+ * byte order (NumPy, array.array, memoryview: read in place, or copied when
+ * misaligned or narrower than int32), and a DLPack tensor (torch and
+ * friends, without linking them; [L] or [1, L], any strides). Any other
+ * buffer -- byte-swapped, strided, multi-dimensional (np.matrix) -- is
+ * refused with an error naming the argument.
  *
  * Rules every entry point keeps (caller memory is never read while Python
  * code can run, and no error is swallowed):
@@ -142,9 +146,8 @@ typedef struct {
     int gil_free_ok;       /* a buffer export: may be read without the GIL */
     int has_view;
     PyObject *capsule;
-    int read_only;         /* a DLPack v1 producer marked the memory read-only */
     /* set before they are read (not cleared by array_view_get): */
-    char type_buf[48];     /* type_name of an unusual DLPack type */
+    char type_buf[48];     /* type_name of an unusual DLPack type or buffer format */
     Py_buffer view;
 } array_view;
 
@@ -163,16 +166,15 @@ static inline int is_aligned(const void *p, int size)
     return ((uintptr_t)p & (uintptr_t)(size - 1)) == 0;
 }
 
-/* The kind of a buffer's struct-module format; 0 if none is supported. */
+/* The kind of a buffer's struct-module format; 0 if none is supported (a
+ * byte order other than the machine's included). */
 static char buffer_kind(const char *fmt)
 {
     char c;
     if (fmt == NULL)
         fmt = "B";
-    if (*fmt == '@' || *fmt == '=' || *fmt == '<')
+    if (*fmt == '@' || *fmt == '=' || *fmt == (PY_LITTLE_ENDIAN ? '<' : '>'))
         fmt++;
-    else if (*fmt == '>' || *fmt == '!')
-        return 0; /* big-endian data */
     if (fmt[0] == '\0' || fmt[1] != '\0')
         return 0;
     c = fmt[0];
@@ -187,47 +189,29 @@ static char buffer_kind(const char *fmt)
     return 0;
 }
 
-/* writable: ask for a buffer the caller may write to (a read-only one is
- * then a ValueError that says so). */
-static int view_from_buffer(PyObject *obj, const char *arg, array_view *av, int writable)
+/* av from obj's buffer. A format nothing here reads gets kind 'x' and a
+ * type_name that quotes it (and no shape): the caller refuses it. */
+static int view_from_buffer(PyObject *obj, const char *arg, array_view *av)
 {
     int i;
-    if (PyObject_GetBuffer(obj, &av->view, writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) < 0) {
+    if (PyObject_GetBuffer(obj, &av->view, PyBUF_RECORDS_RO) < 0) {
         if (!error_is_replaceable(0))
             return -1;
-        if (writable) {
-            Py_buffer probe;
-            PyObject *et, *ev, *etb;
-            PyErr_Fetch(&et, &ev, &etb);
-            if (PyObject_GetBuffer(obj, &probe, PyBUF_RECORDS_RO) == 0) {
-                PyBuffer_Release(&probe);
-                PyErr_Restore(et, ev, etb);
-                return raise_from_pending(PyExc_ValueError, "%s: the %.100s is read-only", arg,
-                                          Py_TYPE(obj)->tp_name);
-            }
-            if (!error_is_replaceable(0)) {
-                Py_XDECREF(et);
-                Py_XDECREF(ev);
-                Py_XDECREF(etb);
-                return -1;
-            }
-            PyErr_Clear(); /* the probe's own refusal: the first one is reported */
-            PyErr_Restore(et, ev, etb);
-        }
         return raise_from_pending(PyExc_TypeError,
-                                  "%s: the %.100s buffer cannot be %s as a typed array", arg,
-                                  Py_TYPE(obj)->tp_name, writable ? "written" : "read");
+                                  "%s: the %.100s buffer cannot be read as a typed array", arg,
+                                  Py_TYPE(obj)->tp_name);
     }
     av->has_view = 1;
     av->gil_free_ok = 1;
-    av->itemsize = (int)av->view.itemsize;
+    av->itemsize = av->view.itemsize >= 1 && av->view.itemsize <= 8 ? (int)av->view.itemsize : 0;
     av->kind = buffer_kind(av->view.format);
     av->type_name = av->kind ? dtype_name(av->kind, av->itemsize) : NULL;
-    if (av->type_name == NULL || av->view.itemsize < 1) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: unsupported element format '%s' (expected native integers or floats)",
-                     arg, av->view.format ? av->view.format : "B");
-        return -1;
+    if (av->type_name == NULL) {
+        av->kind = 'x';
+        PyOS_snprintf(av->type_buf, sizeof(av->type_buf), "buffer format '%.20s'",
+                      av->view.format ? av->view.format : "B");
+        av->type_name = av->type_buf;
+        return 0;
     }
     if (av->view.ndim < 0 || av->view.ndim > PLD_MAX_DIMS) {
         PyErr_Format(PyExc_ValueError, "%s: expected at most %d dimensions, got %d", arg,
@@ -392,7 +376,6 @@ static int view_from_dlpack(PyObject *obj, PyObject *method, const char *arg, ar
             return -1;
         }
         t = &m->dl_tensor;
-        av->read_only = (m->flags & PLD_DL_FLAG_READ_ONLY) != 0;
     } else {
         PyErr_Format(PyExc_TypeError, "%s: __dlpack__ did not return a DLPack capsule", arg);
         return -1;
@@ -401,21 +384,20 @@ static int view_from_dlpack(PyObject *obj, PyObject *method, const char *arg, ar
 }
 
 /* 1: obj is an array and av is filled; 0: not an array; -1: error (av may
- * hold a view all the same: release it). writable: the caller will write to
- * the memory, so a read-only one is an error. For reading, text and bytes are
- * refused here: their bytes would pass for uint8 ids. */
-static int array_view_get(PyObject *obj, const char *arg, array_view *av, int writable)
+ * hold a view all the same: release it). Text and bytes are refused here:
+ * their bytes would pass for uint8 ids. */
+static int array_view_get(PyObject *obj, const char *arg, array_view *av)
 {
     PyObject *method;
     int rc;
     memset(av, 0, offsetof(array_view, type_buf)); /* (the rest is written before it is read) */
-    if (!writable && (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj))) {
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || PyByteArray_Check(obj)) {
         PyErr_Format(PyExc_TypeError, "%s: expected token ids or an array, got %.100s", arg,
                      Py_TYPE(obj)->tp_name);
         return -1;
     }
     if (PyObject_CheckBuffer(obj))
-        return view_from_buffer(obj, arg, av, writable) < 0 ? -1 : 1;
+        return view_from_buffer(obj, arg, av) < 0 ? -1 : 1;
     if (PyList_CheckExact(obj) || PyTuple_CheckExact(obj) || PyLong_CheckExact(obj) ||
         PyType_Check(obj))
         return 0;
@@ -428,13 +410,7 @@ static int array_view_get(PyObject *obj, const char *arg, array_view *av, int wr
     }
     rc = view_from_dlpack(obj, method, arg, av);
     Py_DECREF(method);
-    if (rc < 0)
-        return -1;
-    if (writable && av->read_only) {
-        PyErr_Format(PyExc_ValueError, "%s: the %.100s is read-only", arg, Py_TYPE(obj)->tp_name);
-        return -1;
-    }
-    return 1;
+    return rc < 0 ? -1 : 1;
 }
 
 /* ============================================================ token inputs */
@@ -535,10 +511,33 @@ static int id_from_object(PyObject *item, const char *arg, int64_t *out)
     return 0;
 }
 
-static int tokens_from_array(token_input *ti, const char *arg, int allow_scalar)
+/* A buffer of token ids is 1-D (0-d: one id, where allow_scalar), C-contiguous
+ * and of integers in native byte order; anything else is refused here. (A
+ * DLPack tensor may be [1, L] and strided: it is checked field by field.) */
+static int token_buffer_check(PyObject *obj, const array_view *av, const char *arg,
+                              int allow_scalar)
+{
+#define EXPECTED "%s: expected a 1-D C-contiguous integer buffer in native byte order, got "
+    const char *type = Py_TYPE(obj)->tp_name;
+    if (av->kind != 'i' && av->kind != 'u')
+        PyErr_Format(PyExc_TypeError, EXPECTED "%s%s (%.100s)", arg, av->type_name,
+                     av->kind == 'x' ? "" : " elements", type);
+    else if (av->ndim == 1 && av->shape[0] > 1 && av->strides[0] != av->itemsize)
+        PyErr_Format(PyExc_ValueError, EXPECTED "a strided view (%.100s)", arg, type);
+    else if (!(av->ndim == 1 || (av->ndim == 0 && allow_scalar)))
+        PyErr_Format(PyExc_ValueError, EXPECTED "%d dimensions (%.100s)", arg, av->ndim, type);
+    else
+        return 0;
+    return -1;
+#undef EXPECTED
+}
+
+static int tokens_from_array(PyObject *obj, token_input *ti, const char *arg, int allow_scalar)
 {
     array_view *av = &ti->av;
     Py_ssize_t n, stride, i;
+    if (av->capsule == NULL && token_buffer_check(obj, av, arg, allow_scalar) < 0)
+        return -1;
     if (av->kind != 'i' && av->kind != 'u') {
         PyErr_Format(PyExc_TypeError, "%s: expected integer token ids, got %s elements", arg,
                      av->type_name);
@@ -649,27 +648,20 @@ error:
     return rc;
 }
 
-/* Fill ti from a tensor, array, buffer, sequence or (allow_scalar) an int or
- * a 0-d integer array. */
+/* Fill ti from a DLPack tensor, a buffer, a sequence or (allow_scalar) an
+ * int, anything else with __index__, or a 0-d integer array. */
 static int token_input_get(PyObject *obj, const char *arg, int allow_scalar, token_input *ti)
 {
-    int got;
+    int got = 0;
     memset(ti, 0, sizeof(*ti));
     if (obj == Py_None) {
         PyErr_Format(PyExc_TypeError, "%s: expected token ids, got None", arg);
         return -1;
     }
-    if (allow_scalar && PyLong_Check(obj)) {
-        if (id_from_object(obj, arg, &ti->scalar) < 0)
-            return -1;
-        ti->data = &ti->scalar;
-        ti->len = 1;
-        ti->gil_free_ok = 1;
-        return 0;
-    }
-    got = array_view_get(obj, arg, &ti->av, 0);
+    if (!(allow_scalar && PyLong_Check(obj)))
+        got = array_view_get(obj, arg, &ti->av);
     if (got > 0)
-        got = tokens_from_array(ti, arg, allow_scalar);
+        got = tokens_from_array(obj, ti, arg, allow_scalar);
     else if (got == 0 && allow_scalar && PyIndex_Check(obj) && !PySequence_Check(obj)) {
         got = id_from_object(obj, arg, &ti->scalar);
         ti->data = &ti->scalar;
@@ -684,24 +676,23 @@ static int token_input_get(PyObject *obj, const char *arg, int allow_scalar, tok
     return 0;
 }
 
-/* The ids of obj copied into memory the caller owns (PyMem_Free), with
- * room for `extra` more; *len receives their number. Nothing of obj is
- * held afterwards, so later conversions may run Python code. */
-static int64_t *ids_copy(PyObject *obj, const char *arg, size_t extra, size_t *len)
+/* The ids of obj copied into memory the caller owns (PyMem_Free); *len
+ * receives their number. Nothing of obj is held afterwards, so later
+ * conversions may run Python code. */
+static int64_t *ids_copy(PyObject *obj, const char *arg, size_t *len)
 {
     token_input ti;
     int64_t *ids;
     size_t i;
     if (token_input_get(obj, arg, 0, &ti) < 0)
         return NULL;
-    ids = PyMem_Malloc((ti.len + extra + 1) * sizeof(int64_t));
-    if (ids == NULL) {
-        token_input_release(&ti);
+    ids = ti.owned; /* the conversion's own copy, when it made one */
+    ti.owned = NULL;
+    if (ids == NULL && (ids = PyMem_Malloc((ti.len + 1) * sizeof(int64_t))) == NULL)
         PyErr_NoMemory();
-        return NULL;
-    }
-    for (i = 0; i < ti.len; i++)
-        ids[i] = token_at(&ti, i);
+    else if (ids != ti.data)
+        for (i = 0; i < ti.len; i++)
+            ids[i] = token_at(&ti, i);
     *len = ti.len;
     token_input_release(&ti);
     return ids;
@@ -737,7 +728,7 @@ static int float_input_get(PyObject *obj, const char *arg, float_input *fi)
         PyErr_Format(PyExc_TypeError, "%s: expected a float array, got None", arg);
         return -1;
     }
-    got = array_view_get(obj, arg, av, 0);
+    got = array_view_get(obj, arg, av);
     if (got < 0) {
         array_view_release(av);
         return -1;
@@ -1281,69 +1272,6 @@ static PyObject *NgramIndex_extend(NgramIndexObject *self, PyObject *tokens)
     Py_RETURN_NONE;
 }
 
-/* The out= of propose: a writable, contiguous 1-D int64 or int32 array in
- * CPU memory (a NumPy array, a torch tensor, array.array, any writable
- * buffer) with room for k ids. Fills av (release it) or raises. */
-static int draft_out_get(PyObject *obj, size_t k, array_view *av)
-{
-    static const char arg[] = "out";
-    int got = array_view_get(obj, arg, av, 1);
-    if (got < 0)
-        goto error;
-    if (got == 0) {
-        PyErr_Format(PyExc_TypeError,
-                     "%s: expected a writable int64 or int32 array, got %.100s", arg,
-                     Py_TYPE(obj)->tp_name);
-        goto error;
-    }
-    if (av->kind != 'i' || (av->itemsize != 8 && av->itemsize != 4)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected an int64 or int32 array, got %s elements",
-                     arg, av->type_name);
-        goto error;
-    }
-    if (av->ndim != 1) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a 1-D array, got %d dimensions", arg,
-                     av->ndim);
-        goto error;
-    }
-    if ((size_t)av->shape[0] < k) {
-        PyErr_Format(PyExc_ValueError,
-                     "%s: room for %zd ids, but num_pred_tokens is %zu", arg, av->shape[0], k);
-        goto error;
-    }
-    if (av->strides[0] != av->itemsize && av->shape[0] > 1) {
-        PyErr_Format(PyExc_ValueError, "%s: expected a contiguous array, got a strided view",
-                     arg);
-        goto error;
-    }
-    return 0;
-error:
-    array_view_release(av);
-    return -1;
-}
-
-/* The n ids of draft into out's memory (checked by draft_out_get): all or,
- * if one does not fit an int32 out, none. */
-static int draft_out_write(const array_view *av, const int64_t *draft, size_t n)
-{
-    size_t i;
-    if (av->itemsize == 8) {
-        memcpy(av->data, draft, n * sizeof(int64_t));
-        return 0;
-    }
-    for (i = 0; i < n; i++)
-        if (draft[i] < INT32_MIN || draft[i] > INT32_MAX) {
-            PyErr_Format(PyExc_ValueError, "out: draft id %lld does not fit in int32",
-                         (long long)draft[i]);
-            return -1;
-        }
-    for (i = 0; i < n; i++) { /* out may sit at any byte offset */
-        int32_t v = (int32_t)draft[i];
-        memcpy(av->data + i * sizeof(int32_t), &v, sizeof(v));
-    }
-    return 0;
-}
-
 /* The draft as a list of ints, the ids' int objects fetched first from the
  * int cache (use_cache: the caller runs in the interpreter it serves). */
 static PyObject *draft_list(const int64_t *draft, size_t n, int use_cache)
@@ -1380,22 +1308,16 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
                                     Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"num_pred_tokens", "semantics", "max_length",
-                                        "eos_token_id", "out"};
-    PyObject *a[5], *result = NULL;
+                                        "eos_token_id"};
+    PyObject *a[4], *result = NULL;
     size_t k = 10, n;
     opts_holder oh;
-    array_view out;
-    int has_out = 0;
     if (index_check(self) < 0)
         return NULL;
-    if (nargs <= 1 && (kwnames == NULL ||
-                       (PyTuple_GET_SIZE(kwnames) == 1 &&
-                        PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "out") == 0))) {
-        /* the per-step calls: propose(k) and propose(k, out=buffer) */
+    if (nargs <= 1 && kwnames == NULL) { /* the per-step call: propose(k) */
         a[0] = nargs ? args[0] : NULL;
         a[1] = a[2] = a[3] = NULL;
-        a[4] = kwnames ? args[nargs] : NULL;
-    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 5, 4, a) < 0) {
+    } else if (parse_fast_args("propose", args, nargs, kwnames, names, 4, 4, a) < 0) {
         return NULL;
     }
     if (a[0] && parse_size(a[0], "num_pred_tokens", 1, PLD_MAX_DRAFT, &k) < 0)
@@ -1409,13 +1331,6 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     } else if (parse_opts(a[1], a[2], a[3], &oh) < 0) {
         return NULL;
     }
-    /* out's view first: a producer's __dlpack__ runs Python code, which must
-     * not see the index between propose and the write */
-    if (a[4] != NULL && a[4] != Py_None) {
-        if (draft_out_get(a[4], k, &out) < 0)
-            goto done;
-        has_out = 1;
-    }
     if (index_check(self) < 0) /* the conversions above ran Python code */
         goto done;
     if (k > self->draft_cap) {
@@ -1428,13 +1343,8 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
         self->draft_cap = k;
     }
     n = pld_index_propose_n(self->index, k, &oh.opts, self->draft, &self->last_ngram);
-    if (has_out)
-        result = draft_out_write(&out, self->draft, n) < 0 ? NULL : PyLong_FromSize_t(n);
-    else
-        result = draft_list(self->draft, n, self->int_cache_ok);
+    result = draft_list(self->draft, n, self->int_cache_ok);
 done:
-    if (has_out)
-        array_view_release(&out);
     opts_release(&oh);
     return result;
 }
@@ -1560,42 +1470,40 @@ static PyObject *tree_call_result(tree_call *tc, pld_status st, size_t n, const 
     return result;
 }
 
-static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
-                                         Py_ssize_t nargs, PyObject *kwnames)
+/* propose_tree and (after: the trie after another sequence, its first
+ * argument) propose_tree_after. */
+static PyObject *index_tree(NgramIndexObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames, int after)
 {
+    const char *fname = after ? "propose_tree_after" : "propose_tree";
     tree_call tc;
     size_t n = 0;
     pld_status st;
     if (index_check(self) < 0 ||
-        tree_call_parse(&tc, "propose_tree", args, nargs, kwnames, 0, 0) < 0)
+        tree_call_parse(&tc, fname, args, nargs, kwnames, after, pld_index_max_n(self->index)) < 0)
         return NULL;
     if (index_check(self) < 0) { /* (re-initialised by a conversion) */
         tree_call_release(&tc);
         return NULL;
     }
-    st = pld_index_propose_tree(self->index, tc.depth, tc.per_ngram, tc.max_nodes,
-                                tc.oh.opts.eos, tc.oh.opts.n_eos, tc.nodes, &n);
-    return tree_call_result(&tc, st, n, "propose_tree", self->int_cache_ok);
+    st = after ? pld_index_propose_tree_after(self->index, tc.tail, tc.tlen, tc.depth,
+                                              tc.per_ngram, tc.max_nodes, tc.oh.opts.eos,
+                                              tc.oh.opts.n_eos, tc.nodes, &n)
+               : pld_index_propose_tree(self->index, tc.depth, tc.per_ngram, tc.max_nodes,
+                                        tc.oh.opts.eos, tc.oh.opts.n_eos, tc.nodes, &n);
+    return tree_call_result(&tc, st, n, fname, self->int_cache_ok);
+}
+
+static PyObject *NgramIndex_propose_tree(NgramIndexObject *self, PyObject *const *args,
+                                         Py_ssize_t nargs, PyObject *kwnames)
+{
+    return index_tree(self, args, nargs, kwnames, 0);
 }
 
 static PyObject *NgramIndex_propose_tree_after(NgramIndexObject *self, PyObject *const *args,
                                                Py_ssize_t nargs, PyObject *kwnames)
 {
-    tree_call tc;
-    size_t n = 0;
-    pld_status st;
-    if (index_check(self) < 0 ||
-        tree_call_parse(&tc, "propose_tree_after", args, nargs, kwnames, 1,
-                        pld_index_max_n(self->index)) < 0)
-        return NULL;
-    if (index_check(self) < 0) {
-        tree_call_release(&tc);
-        return NULL;
-    }
-    st = pld_index_propose_tree_after(self->index, tc.tail, tc.tlen, tc.depth, tc.per_ngram,
-                                      tc.max_nodes, tc.oh.opts.eos, tc.oh.opts.n_eos,
-                                      tc.nodes, &n);
-    return tree_call_result(&tc, st, n, "propose_tree_after", self->int_cache_ok);
+    return index_tree(self, args, nargs, kwnames, 1);
 }
 
 /* reserve(n) and truncate(n): parse n and run op on the index; the GIL is
@@ -1645,50 +1553,27 @@ static Py_ssize_t NgramIndex_len(NgramIndexObject *self)
     return (Py_ssize_t)pld_index_len(self->index);
 }
 
-static PyObject *NgramIndex_get_nbytes(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromSize_t(pld_index_nbytes(self->index) + self->draft_cap * sizeof(int64_t));
-}
-
 static PyObject *NgramIndex_get_last_ngram(NgramIndexObject *self, void *c)
 {
     (void)c;
     return PyLong_FromSize_t(self->last_ngram);
 }
 
-static PyObject *NgramIndex_get_hash_seed(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromUnsignedLongLong(pld_index_key(self->index));
-}
+/* The getters of the index (which: one of these). */
+enum { INDEX_NBYTES, INDEX_POLICY, INDEX_HASH_SEED, INDEX_MIN_N, INDEX_MAX_N };
 
-static PyObject *NgramIndex_get_policy(NgramIndexObject *self, void *c)
+static PyObject *NgramIndex_get(NgramIndexObject *self, void *which)
 {
-    (void)c;
     if (index_check(self) < 0)
         return NULL;
-    return PyUnicode_FromString(policy_names[pld_index_policy(self->index)]);
-}
-
-static PyObject *NgramIndex_get_min(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromSize_t(pld_index_min_n(self->index));
-}
-
-static PyObject *NgramIndex_get_max(NgramIndexObject *self, void *c)
-{
-    (void)c;
-    if (index_check(self) < 0)
-        return NULL;
-    return PyLong_FromSize_t(pld_index_max_n(self->index));
+    switch ((int)(intptr_t)which) {
+    case INDEX_NBYTES:
+        return PyLong_FromSize_t(pld_index_nbytes(self->index) + self->draft_cap * sizeof(int64_t));
+    case INDEX_POLICY: return PyUnicode_FromString(policy_names[pld_index_policy(self->index)]);
+    case INDEX_HASH_SEED: return PyLong_FromUnsignedLongLong(pld_index_key(self->index));
+    case INDEX_MIN_N: return PyLong_FromSize_t(pld_index_min_n(self->index));
+    default: return PyLong_FromSize_t(pld_index_max_n(self->index));
+    }
 }
 
 static PyObject *NgramIndex_repr(NgramIndexObject *self)
@@ -1704,14 +1589,11 @@ static PyObject *NgramIndex_repr(NgramIndexObject *self)
 
 static PyMethodDef NgramIndex_methods[] = {
     {"extend", (PyCFunction)NgramIndex_extend, METH_O,
-     "extend(tokens)\n--\n\nAppend one token id or a sequence/array/tensor of ids."},
+     "extend(tokens)\n--\n\nAppend one token id, or a sequence of ids, a 1-D C-contiguous integer\n"
+     "buffer in native byte order, or a DLPack tensor ([L] or [1, L])."},
     {"propose", (PyCFunction)(void (*)(void))NgramIndex_propose, METH_FASTCALL | METH_KEYWORDS,
-     "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None, out=None)\n--\n\n"
-     "The draft for the current sequence, as a list of ints (possibly empty).\n\n"
-     "With out (a writable, contiguous 1-D int64 or int32 array in CPU memory -- a NumPy\n"
-     "array, a torch tensor, array.array -- with room for num_pred_tokens ids): write\n"
-     "the draft to out[:n] and return n; out[n:] is left as it was. No list and no int\n"
-     "objects are made: a loop writes the draft straight into its sequence buffer."},
+     "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None)\n--\n\n"
+     "The draft for the current sequence, as a list of ints (possibly empty)."},
     {"propose_tree", (PyCFunction)(void (*)(void))NgramIndex_propose_tree,
      METH_FASTCALL | METH_KEYWORDS,
      "propose_tree(depth, per_ngram=4, max_nodes=64, eos_token_id=None)\n--\n\n"
@@ -1743,16 +1625,20 @@ static PyMethodDef NgramIndex_methods[] = {
      "tokens()\n--\n\nThe indexed sequence as a list of ints."},
     {NULL, NULL, 0, NULL}};
 
+/* A read-only attribute: fn(self, which) serves several. */
+#define GETTER(name, fn, which, doc) \
+    {name, (getter)fn, NULL, doc, (void *)(intptr_t)(which)}
+
 static PyGetSetDef NgramIndex_getset[] = {
-    {"nbytes", (getter)NgramIndex_get_nbytes, NULL, "Heap bytes owned by the index.", NULL},
-    {"policy", (getter)NgramIndex_get_policy, NULL, "The match policy.", NULL},
-    {"hash_seed", (getter)NgramIndex_get_hash_seed, NULL,
-     "The key of the index's hash (random unless given as seed=): ids crafted to collide\n"
-     "under one key do not collide under another.", NULL},
-    {"min_ngram_size", (getter)NgramIndex_get_min, NULL, "Smallest n-gram size.", NULL},
-    {"max_ngram_size", (getter)NgramIndex_get_max, NULL, "Largest n-gram size.", NULL},
-    {"last_ngram", (getter)NgramIndex_get_last_ngram, NULL,
-     "Size of the n-gram match behind the last proposal (0: it proposed nothing).", NULL},
+    GETTER("nbytes", NgramIndex_get, INDEX_NBYTES, "Heap bytes owned by the index."),
+    GETTER("policy", NgramIndex_get, INDEX_POLICY, "The match policy."),
+    GETTER("hash_seed", NgramIndex_get, INDEX_HASH_SEED,
+           "The key of the index's hash (random unless given as seed=): ids crafted to collide\n"
+           "under one key do not collide under another."),
+    GETTER("min_ngram_size", NgramIndex_get, INDEX_MIN_N, "Smallest n-gram size."),
+    GETTER("max_ngram_size", NgramIndex_get, INDEX_MAX_N, "Largest n-gram size."),
+    GETTER("last_ngram", NgramIndex_get_last_ngram, 0,
+           "Size of the n-gram match behind the last proposal (0: it proposed nothing)."),
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PySequenceMethods NgramIndex_as_sequence = {
@@ -2155,10 +2041,10 @@ static PyObject *Corpus_repr(CorpusObject *self)
 
 static PyMethodDef Corpus_methods[] = {
     {"add", (PyCFunction)Corpus_add, METH_O,
-     "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor or\n"
-     "array): ids >= 0 (and below the bound _bind_vocab set), at most max_tokens of them;\n"
-     "an empty one is ignored. Then, while more than max_tokens tokens are held, the\n"
-     "oldest segment is dropped."},
+     "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor, a 1-D\n"
+     "C-contiguous integer array in native byte order): ids >= 0 (and below the bound\n"
+     "_bind_vocab set), at most max_tokens of them; an empty one is ignored. Then, while\n"
+     "more than max_tokens tokens are held, the oldest segment is dropped."},
     {"_bind_vocab", (PyCFunction)(void (*)(void))Corpus_bind_vocab, METH_FASTCALL,
      "_bind_vocab(vocab_size, set)\n--\n\nThe largest id held if it is >= vocab_size, else -1;\n"
      "with set true, vocab_size becomes the bound later adds are checked against (the\n"
@@ -2182,25 +2068,22 @@ static PyMethodDef Corpus_methods[] = {
      "clear()\n--\n\nDrop every sequence (not counted as evicted)."},
     {NULL, NULL, 0, NULL}};
 
-#define CORPUS_GETTER(name, fn, which, doc) \
-    {name, (getter)fn, NULL, doc, (void *)(intptr_t)(which)}
-
 static PyGetSetDef Corpus_getset[] = {
-    CORPUS_GETTER("num_sequences", Corpus_get_state, CORPUS_SEQUENCES, "Sequences held."),
-    CORPUS_GETTER("evicted", Corpus_get_state, CORPUS_EVICTED,
+    GETTER("num_sequences", Corpus_get_state, CORPUS_SEQUENCES, "Sequences held."),
+    GETTER("evicted", Corpus_get_state, CORPUS_EVICTED,
                   "Sequences dropped so far to keep within max_tokens (clear() drops none)."),
-    CORPUS_GETTER("nbytes", Corpus_get_state, CORPUS_NBYTES, "Heap bytes owned."),
-    CORPUS_GETTER("max_id", Corpus_get_state, CORPUS_MAX_ID,
+    GETTER("nbytes", Corpus_get_state, CORPUS_NBYTES, "Heap bytes owned."),
+    GETTER("max_id", Corpus_get_state, CORPUS_MAX_ID,
                   "The largest token id held; -1 when empty."),
-    CORPUS_GETTER("segments_used", Corpus_get_state, CORPUS_SEGMENTS_USED,
+    GETTER("segments_used", Corpus_get_state, CORPUS_SEGMENTS_USED,
                   "Segments (generations) in use."),
-    CORPUS_GETTER("max_tokens", Corpus_get_setting, CORPUS_MAX_TOKENS,
+    GETTER("max_tokens", Corpus_get_setting, CORPUS_MAX_TOKENS,
                   "The most tokens held (separators not counted)."),
-    CORPUS_GETTER("min_ngram", Corpus_get_setting, CORPUS_MIN_NGRAM, "Smallest n-gram size."),
-    CORPUS_GETTER("max_ngram", Corpus_get_setting, CORPUS_MAX_NGRAM, "Largest n-gram size."),
-    CORPUS_GETTER("segments", Corpus_get_setting, CORPUS_SEGMENTS,
+    GETTER("min_ngram", Corpus_get_setting, CORPUS_MIN_NGRAM, "Smallest n-gram size."),
+    GETTER("max_ngram", Corpus_get_setting, CORPUS_MAX_NGRAM, "Largest n-gram size."),
+    GETTER("segments", Corpus_get_setting, CORPUS_SEGMENTS,
                   "The most segments (generations) held."),
-    CORPUS_GETTER("hash_seed", Corpus_get_setting, CORPUS_HASH_SEED,
+    GETTER("hash_seed", Corpus_get_setting, CORPUS_HASH_SEED,
                   "The key of the segments' hashes (random unless given)."),
     {NULL, NULL, NULL, NULL, NULL}};
 
@@ -2262,7 +2145,7 @@ static int tree_parents(PyObject *obj, tree_args *ta)
             ta->parents[i] = (int64_t)i - 1;
         return 0;
     }
-    ta->parents = ids_copy(obj, "parents", 0, &len);
+    ta->parents = ids_copy(obj, "parents", &len);
     if (ta->parents == NULL)
         return -1;
     if (len != ta->n) {
@@ -2284,7 +2167,7 @@ static int tree_parents(PyObject *obj, tree_args *ta)
 static int tree_args_get(PyObject *tokens, PyObject *parents, tree_args *ta)
 {
     memset(ta, 0, sizeof(*ta));
-    ta->nodes = ids_copy(tokens, "tokens", 0, &ta->n);
+    ta->nodes = ids_copy(tokens, "tokens", &ta->n);
     if (ta->nodes == NULL || tree_parents(parents, ta) < 0)
         return -1;
     ta->path = PyMem_Malloc((ta->n + 1) * sizeof(size_t));
@@ -2342,7 +2225,7 @@ static PyObject *py_accept_greedy(PyObject *self, PyObject *const *args, Py_ssiz
     /* every argument copied as it is read: converting one may run Python code */
     if (tree_args_get(a[0], a[2], &ta) < 0)
         goto error;
-    choices = ids_copy(a[1], "choices", 0, &n_choices);
+    choices = ids_copy(a[1], "choices", &n_choices);
     if (choices == NULL)
         goto error;
     if (n_choices < ta.n + 1) {
@@ -2485,7 +2368,7 @@ static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     if (nargs == 2 && parse_seed(args[1], "seed", &seed) < 0)
         return NULL;
-    key = ids_copy(args[0], "tokens", 0, &n);
+    key = ids_copy(args[0], "tokens", &n);
     if (key == NULL)
         return NULL;
     if (n < 1 || n > PLD_MAX_NGRAM + 1)

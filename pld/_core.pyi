@@ -1,9 +1,10 @@
 """Type stubs of the C extension pld._core."""
-from typing import Any, List, Optional, Sequence, Tuple, Union, overload
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
-TokenIds = Any  # torch tensor [L] / [1, L], NumPy integer array, buffer, or sequence of ints
+# a sequence of ints; a 1-D C-contiguous integer buffer in native byte order
+# (NumPy, array.array, memoryview); or a DLPack tensor [L] / [1, L] (torch)
+TokenIds = Any
 EosIds = Union[None, int, Sequence[int], Any]
-DraftBuffer = Any  # writable contiguous 1-D int64/int32 array in CPU memory (NumPy, torch, array.array)
 
 MAX_NGRAM: int
 MAX_DRAFT: int  # the largest num_pred_tokens
@@ -15,25 +16,13 @@ class NgramIndex:
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1, policy: str = "first",
                  *, seed: Optional[int] = None) -> None: ...
     def extend(self, tokens: Union[int, TokenIds]) -> None: ...
-    @overload
     def propose(
         self,
         num_pred_tokens: int = 10,
         semantics: str = "seed",
         max_length: Optional[int] = None,
         eos_token_id: EosIds = None,
-        out: None = None,
     ) -> List[int]: ...
-    @overload
-    def propose(
-        self,
-        num_pred_tokens: int = 10,
-        semantics: str = "seed",
-        max_length: Optional[int] = None,
-        eos_token_id: EosIds = None,
-        *,
-        out: DraftBuffer,
-    ) -> int: ...  # the draft is out[:n]; returns n
     def propose_tree(
         self, depth: int, per_ngram: int = 4, max_nodes: int = 64, eos_token_id: EosIds = None
     ) -> Tuple[List[int], List[int], List[int], List[int], List[int]]: ...

@@ -18,13 +18,14 @@ def _is_torch_tensor(obj: Any) -> bool:
     return type(obj).__module__.startswith("torch") and hasattr(obj, "device")
 
 
-def _numpy_array(obj: Any) -> Any:
-    """obj as a plain NumPy ndarray (a view: np.matrix and other subclasses
-    index differently), or None if it is not one."""
+def _numpy_row(obj: Any) -> Any:
+    """A NumPy array's only row: the array itself, or its row when it is
+    [1, L] (np.matrix's row is [1, L] again, which the core refuses); None
+    if obj is not a NumPy array."""
     np = sys.modules.get("numpy")
     if np is None or not isinstance(obj, np.ndarray):
         return None
-    return obj.view(np.ndarray)
+    return obj[0] if obj.ndim == 2 and len(obj) == 1 else obj
 
 
 def find_candidate_pred_tokens(
@@ -48,10 +49,12 @@ def find_candidate_pred_tokens(
     and is cut before the first ``eos_token_id``.
 
     ``input_ids``: a torch tensor ``[L]`` or ``[1, L]`` (int32/int64, any
-    device: only the ids cross to the host), a NumPy integer array, a
-    sequence of ints, or any buffer of integers. Returns the same kind: a 1-D
-    int64 tensor on the input's device, a NumPy array, or a list; empty when
-    nothing matches.
+    device and strides: only the ids cross to the host), a NumPy integer
+    array ``[L]`` or ``[1, L]`` whose row is C-contiguous, a sequence of ints,
+    or any 1-D C-contiguous integer buffer in native byte order (others --
+    strided, byte-swapped, np.matrix -- are refused: ``np.ascontiguousarray``
+    makes one that is not). Returns the same kind: a 1-D int64 tensor on the
+    input's device, a NumPy array, or a list; empty when nothing matches.
     """
     if _is_torch_tensor(input_ids):
         if input_ids.device.type == "meta":
@@ -62,12 +65,11 @@ def find_candidate_pred_tokens(
             max_length, eos_token_id)
         row = input_ids[0] if input_ids.dim() == 2 else input_ids
         return row[start:start + count].long()  # no copy when already int64
-    array = _numpy_array(input_ids)
-    if array is not None:
+    row = _numpy_row(input_ids)
+    if row is not None:
         start, count = _core._find_candidate(
-            array, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
+            row, max_ngram_size, num_pred_tokens, min_ngram_size, semantics,
             max_length, eos_token_id)
-        row = array[0] if array.ndim == 2 else array
         return row[start:start + count]
     # lists, buffers, other DLPack producers: the ids as the core read them
     # (a list that Python code changed meanwhile does not matter)

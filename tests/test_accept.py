@@ -96,14 +96,24 @@ def test_greedy_chains_and_the_root_alone():
     assert pld.accept_greedy([lo, hi], [lo, lo, -1]) == ([0], [lo, lo])
 
 
-@pytest.mark.parametrize("form", ["list", "tuple", "np64", "np32", "2d"])
+@pytest.mark.parametrize("form", ["list", "tuple", "np64", "np32", "nested-list"])
 def test_greedy_input_forms(form):
     conv = {"list": list, "tuple": tuple,
             "np64": lambda x: np.array(x, dtype=np.int64),
             "np32": lambda x: np.array(x, dtype=np.int32),
-            "2d": lambda x: np.array([x], dtype=np.int64)}[form]
+            "nested-list": lambda x: [list(x)]}[form]
     tokens, parents, choices = [5, 6, 7], [-1, -1, 1], [6, 0, 7, 2]
     assert pld.accept_greedy(conv(tokens), conv(choices), conv(parents)) == ([1, 2], [6, 7, 2])
+
+
+def test_greedy_refuses_2d_and_strided_buffers():
+    # (a [1, L] array was once read as its row, a strided one copied)
+    tokens, parents, choices = [5, 6, 7], [-1, -1, 1], [6, 0, 7, 2]
+    for arg, bad in (("tokens", np.array([tokens])), ("choices", np.repeat(choices, 2)[::2]),
+                     ("parents", np.array([parents]))):
+        args = {"tokens": tokens, "choices": choices, "parents": parents, arg: bad}
+        with pytest.raises(ValueError, match=arg):
+            pld.accept_greedy(**args)
 
 
 @pytest.mark.torch

@@ -246,10 +246,17 @@ def test_inputs_without_copies_and_of_every_kind():
 
     c = Corpus(100, seed=0)
     for s in ([1, 2, 3], (1, 2, 3), np.array([1, 2, 3]), np.array([1, 2, 3], dtype=np.int32),
-              np.array([[1, 2, 3]]), array.array("q", [1, 2, 3]), np.arange(6)[::2] // 2 + 1,
+              np.array([[1, 2, 3]])[0], array.array("q", [1, 2, 3]), np.arange(6)[::2] // 2 + 1,
               np.array([1, 2, 3], dtype=np.uint8)):
         c.add(s)
     assert c.sequences() == [[1, 2, 3]] * 8 or c.sequences()[-1] == [1, 2, 3]
+    # a [1, L], strided or byte-swapped buffer is refused (it was once read
+    # as its ids), and nothing is added
+    held = c.sequences()
+    for bad in (np.array([[1, 2, 3]]), np.arange(6)[::2], np.array([1, 2, 3], dtype=">i8")):
+        with pytest.raises((TypeError, ValueError), match="tokens: expected a 1-D C-contiguous"):
+            c.add(bad)
+    assert c.sequences() == held
     ctx = np.array([9, 1, 2], dtype=np.int32)
     assert c.propose_tree(ctx, 2)[0] == [3]
     assert c.propose_tree((9, 1, 2), 2) == c.propose_tree([1, 2], 2)

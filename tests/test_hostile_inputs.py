@@ -6,9 +6,10 @@ One section per class of fault:
 1. caller memory read while Python code runs (``__index__``, ``__float__``,
    iteration, ``__dlpack__`` that mutate or free what the binding reads);
 2. DLPack capsules with garbage fields (built with ctypes);
-3. misaligned and byte-swapped buffers (UBSan reports a misaligned load);
+3. misaligned buffers (UBSan reports a misaligned load), and the buffers
+   refused (byte-swapped, strided, multi-dimensional: np.matrix);
 4. errors swallowed (KeyboardInterrupt, MemoryError must pass through);
-5. inputs at the Python edge (np.matrix, NumPy and 0-d integers);
+5. inputs at the Python edge (NumPy and 0-d integers);
 6. randomness (seed range, the default generator after ``os.fork()``);
 7. hash flooding (the index's hash is keyed per index);
 plus threads sharing one index.
@@ -356,7 +357,6 @@ ENTRY_POINTS = {
     "choices": lambda g: pld.accept_greedy([], g),
     "parents": lambda g: pld.accept_greedy([1], [1, 2], g),
     "probs": lambda g: pld.accept_sample([], g, [0.5]),
-    "out": lambda g: pld.NgramIndex(2).propose(1, out=g),
     "tokens (corpus)": lambda g: _core.Corpus(1000).add(g),
     "context": lambda g: _core.Corpus(1000).propose_tree(g, 3),
     "context (index)": lambda g: pld.NgramIndex(2, 1, "recent").propose_tree_after(g, 3),
@@ -436,7 +436,7 @@ assert "float64" not in str(e), str(e)
 """)
 
 
-# ============================================ 3. misaligned and byte-swapped
+# ====================================== 3. misaligned buffers, refused buffers
 
 MISALIGNED = """
 def misaligned(values, dtype):
@@ -487,28 +487,74 @@ assert len(pld.accept_sample(draft, probs, u)[0]) >= 1
 """)
 
 
-@pytest.mark.parametrize("dtype", ["int64", "int32"])
-def test_misaligned_out_buffer(dtype):
-    assert_child_ok(MISALIGNED + f"""
-ix = pld.NgramIndex(2)
-ix.extend([1, 2, 3, 4, 1, 2])
-out = misaligned([0] * 4, {dtype!r})
-n = ix.propose(3, out=out)
-assert list(out[:n]) == ix.propose(3) == [3, 4, 1]
-""")
+# Every entry point that takes token ids, called with `bad` in one argument.
+TOKEN_ENTRY_POINTS = {
+    "input_ids": lambda bad: pld.find_candidate_pred_tokens(bad, 2, 2),
+    "tokens": lambda bad: pld.NgramIndex(2).extend(bad),
+    "choices": lambda bad: pld.accept_greedy([], bad),
+    "parents": lambda bad: pld.accept_greedy([1], [1, 2], bad),
+    "context": lambda bad: pld._core.Corpus(1000).propose_tree(bad, 3),
+    "eos_token_id": lambda bad: pld.NgramIndex(2).propose(2, "transformers", None, bad),
+}
+NATIVE_ONLY = "expected a 1-D C-contiguous integer buffer in native byte order"
 
 
-@pytest.mark.parametrize("dtype", [">i8", ">i4", ">f4"])
-def test_byte_swapped_buffers_are_refused(dtype):
-    arr = np.zeros((3, 4) if "f" in dtype else 4, dtype=dtype)
-    if "f" in dtype:
-        with pytest.raises(TypeError, match="probs"):
-            pld.accept_sample([1, 2], arr, [0.5] * 3)
-    else:
-        with pytest.raises(TypeError, match="input_ids"):
-            pld.find_candidate_pred_tokens(arr, 2, 2)
-        with pytest.raises((TypeError, ValueError), match="out"):
-            pld.NgramIndex(2).propose(2, out=arr)
+def _byte_swapped(dtype):
+    return np.array([1, 2, 3, 1], dtype=np.dtype(dtype).newbyteorder())
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint16"])
+@pytest.mark.parametrize("arg", list(TOKEN_ENTRY_POINTS))
+def test_byte_swapped_token_buffers_are_refused(dtype, arg):
+    # (once converted: read as the ids they hold; now a TypeError that says why)
+    with pytest.raises(TypeError, match=arg) as info:
+        TOKEN_ENTRY_POINTS[arg](_byte_swapped(dtype))
+    assert NATIVE_ONLY in str(info.value)
+
+
+def test_byte_swapped_float_buffers_are_refused():
+    with pytest.raises(TypeError, match="probs"):
+        pld.accept_sample([1, 2], np.zeros((3, 4), dtype=">f4"), [0.5] * 3)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix itself
+@pytest.mark.parametrize("shape", ["strided", "reversed", "broadcast", "2d", "2d-one-row",
+                                   "np.matrix", "memoryview-2d"])
+@pytest.mark.parametrize("arg", list(TOKEN_ENTRY_POINTS))
+def test_strided_and_multidimensional_token_buffers_are_refused(shape, arg):
+    # (once converted -- copied, or [1, L] read as its row -- now a
+    # ValueError naming the argument; find_candidate_pred_tokens still takes
+    # a NumPy [1, L] array whose row is C-contiguous, but not these)
+    seq = np.array([1, 2, 3, 1, 2, 3], dtype=np.int64)
+    bad = {"strided": np.repeat(seq, 2)[::2], "reversed": seq[::-1],
+           "broadcast": np.broadcast_to(np.int64(3), (4,)),
+           "2d": np.stack([seq, seq]), "2d-one-row": np.repeat(seq, 2)[None, ::2],
+           "np.matrix": np.matrix([seq]),
+           "memoryview-2d": memoryview(seq.tobytes()).cast("q", (2, 3))}[shape]
+    with pytest.raises(ValueError, match=arg) as info:
+        TOKEN_ENTRY_POINTS[arg](bad)
+    assert NATIVE_ONLY in str(info.value)
+
+
+def test_accepted_token_buffers_answer_as_lists_do():
+    # the kinds that stay: 1-D C-contiguous integer buffers of any width,
+    # NumPy's [1, L] with a contiguous row at the Python edge, and 0-d
+    # integers where one id is
+    seq = [1, 2, 3, 4, 1, 2]
+    want = pld.find_candidate_pred_tokens(seq, 2, 2)
+    for dtype in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint32, np.uint64):
+        arr = np.array(seq, dtype=dtype)
+        assert pld.find_candidate_pred_tokens(arr, 2, 2).tolist() == want
+        assert pld.find_candidate_pred_tokens(arr[None], 2, 2).tolist() == want
+        ix = pld.NgramIndex(2)
+        ix.extend(arr)
+        ix.extend(np.array(7, dtype=dtype))
+        assert ix.tokens() == seq + [7]
+    assert pld.find_candidate_pred_tokens(np.arange(10)[2:8], 2, 2).tolist() == []
+    assert pld.find_candidate_pred_tokens(memoryview(np.array(seq)), 2, 2) == want
+    read_only = np.array(seq)
+    read_only.flags.writeable = False
+    assert pld.find_candidate_pred_tokens(read_only, 2, 2).tolist() == want
 
 
 # ======================================================= 4. swallowed errors
@@ -545,7 +591,8 @@ calls = {{
     "float": [lambda: pld.accept_sample([1], probs, [0.5, Flt()])],
     "dlpack": [lambda: pld.NgramIndex(2).extend(Producer()),
                lambda: pld.accept_sample([1], Producer(), [0.5, 0.5]),
-               lambda: pld.NgramIndex(2).propose(2, out=Producer())],
+               lambda: pld.find_candidate_pred_tokens([1, 2], 2, 2, semantics="transformers",
+                                                      eos_token_id=Producer())],
     "getattr": [lambda: pld.NgramIndex(2).extend(Attr()),
                 lambda: pld.accept_sample([1], Attr(), [0.5, 0.5])],
 }}[where]
@@ -574,10 +621,13 @@ def test_replaced_errors_keep_their_cause():
 # ================================================= 5. the Python edge
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # np.matrix itself
-def test_numpy_matrix_answers_like_an_array():
+def test_numpy_matrix_is_refused():
+    # (it once answered like an array: its row is [1, L] again, not 1-D)
     seq = [1, 2, 3, 4, 1, 2]
-    got = pld.find_candidate_pred_tokens(np.matrix([seq]), 2, 2)
-    assert np.asarray(got).ravel().tolist() == [3, 4]
+    with pytest.raises(ValueError, match="input_ids") as info:
+        pld.find_candidate_pred_tokens(np.matrix([seq]), 2, 2)
+    assert NATIVE_ONLY in str(info.value) and "matrix" in str(info.value)
+    assert pld.find_candidate_pred_tokens(np.asarray(np.matrix([seq]))[0], 2, 2).tolist() == [3, 4]
 
 
 @pytest.mark.parametrize("make", [np.int64, np.int32, np.uint8, lambda v: np.array(v)],

@@ -4,7 +4,6 @@
   under both semantics, as the sequence grows token by token, with random
   truncations and multi-token extends;
 * policies "recent" and "frequent": == tests/reference.py ReferenceIndex;
-* propose(k, out=buffer) writes the same draft as propose(k) returns;
 * len / tokens() / nbytes / truncate bookkeeping.
 """
 
@@ -69,13 +68,6 @@ def check_against(ix, ref, data, policy):
                                 pick_latest=policy == "recent"))
     else:
         assert ix.min_ngram_size <= ix.last_ngram <= ix.max_ngram_size
-    # the same draft written into a caller's buffer, the rest of it untouched
-    last = ix.last_ngram
-    buf = np.full(k + data.draw(st.integers(0, 3)), -7,
-                  dtype=data.draw(st.sampled_from([np.int64, np.int32])))
-    n = ix.propose(k, out=buf, **kw)
-    assert n == len(got) and buf[:n].tolist() == got and (buf[n:] == -7).all()
-    assert ix.last_ngram == last
 
 
 @settings(max_examples=EX)
@@ -111,8 +103,8 @@ def test_index_matches_reference_under_random_ops(policy, max_n, vocab, seed, n_
             ts = [rng.randint(1, vocab) for _ in range(rng.randint(1, 40))]
             dt = rng.choice([np.int32, np.int64])
             arr = np.array(ts, dtype=dt)
-            if rng.random() < 0.5:
-                arr = arr[None, :]
+            if rng.random() < 0.5:  # a contiguous view into a longer array
+                arr = np.concatenate([[0], arr, [0]]).astype(dt)[1:-1]
             ix.extend(arr)
             ref.extend(ts)
         elif op == "reserve":  # room for more: no answer changes
@@ -361,56 +353,3 @@ def test_unigram_tag_collision_with_wide_id(wide):
                 ix.truncate(n)
                 ref.truncate(n)
                 assert ix.propose(2) == ref.propose(2), (policy, seq, n)
-
-
-@pytest.mark.parametrize("kind", ["numpy64", "numpy32", "array", "memoryview"] + [
-    pytest.param(k, marks=pytest.mark.torch) for k in ("torch64", "torch32")])
-def test_propose_into_buffers_of_every_kind(kind):
-    seq = [5, 6, 7, 8, 9, 10, 11, 5, 6]
-    ix = pld.NgramIndex(3, 1, "first")
-    ix.extend(seq)
-    if kind.startswith("torch"):
-        torch = _torch()
-        buf = torch.full((6,), -1, dtype=torch.int64 if kind == "torch64" else torch.int32)
-    elif kind == "array":
-        import array
-
-        buf = array.array("q", [-1] * 6)
-    else:
-        arr = np.full(6, -1, dtype=np.int32 if kind == "numpy32" else np.int64)
-        buf = memoryview(arr) if kind == "memoryview" else arr
-    assert ix.propose(4, out=buf) == 4
-    assert list(buf) == [7, 8, 9, 10, -1, -1]
-    for i in range(6):
-        buf[i] = -1
-    assert ix.propose(4, semantics="transformers", eos_token_id=9, out=buf) == 2  # cut before 9
-    assert list(buf) == [7, 8, -1, -1, -1, -1]
-    ix.extend(12)  # nothing matches: 0 ids, the buffer as it was
-    assert ix.propose(4, out=buf) == 0 and ix.last_ngram == 0
-    assert list(buf) == [7, 8, -1, -1, -1, -1]
-
-
-def test_propose_into_a_slice_of_a_sequence_buffer():
-    # the draft lands in the sequence after its end, without a copy
-    seq = np.zeros(20, dtype=np.int64)
-    seq[:9] = [5, 6, 7, 8, 9, 10, 11, 5, 6]
-    ix = pld.NgramIndex(3, 1, "first")
-    ix.extend(seq[:9])
-    n = ix.propose(5, out=seq[9:14])
-    assert n == 5 and seq[:14].tolist() == [5, 6, 7, 8, 9, 10, 11, 5, 6, 7, 8, 9, 10, 11]
-    assert seq[14:].tolist() == [0] * 6
-
-
-def test_propose_into_int32_is_all_or_nothing():
-    ix = pld.NgramIndex(2, 1, "first")
-    ix.extend([3, 2**40, 4, 2**31 - 1, 3])
-    buf = np.full(4, -1, dtype=np.int32)
-    with pytest.raises(ValueError, match="out.*int32"):
-        ix.propose(3, out=buf)
-    assert buf.tolist() == [-1] * 4
-    wide = np.zeros(4, dtype=np.int64)
-    assert ix.propose(3, out=wide) == 3 and wide[:3].tolist() == [2**40, 4, 2**31 - 1]
-    assert ix.propose(3) == [2**40, 4, 2**31 - 1]
-    ix.extend([4, 2**31 - 1, 3])  # now the suffix "2**31-1 3" continues with ids that fit
-    assert ix.propose(3) == [4, 2**31 - 1, 3]
-    assert ix.propose(3, out=buf) == 3 and buf.tolist() == [4, 2**31 - 1, 3, -1]

@@ -4,7 +4,8 @@ Streams use a small vocabulary (1..6) so that n-gram matches are frequent,
 and lengths up to 5000. Every parameter combination is drawn: min_n <= max_n
 in 1..5, k in 1..12, both semantics, max_length None or near L, eos sets;
 int32 and int64; list / tuple / numpy / torch inputs, [L] and [1, L], and
-non-contiguous views.
+non-contiguous views (torch's, through DLPack; a strided NumPy view is
+refused, its contiguous copy answers).
 """
 
 from __future__ import annotations
@@ -112,18 +113,20 @@ def test_numpy_input_matches_reference(case, dtype):
     assert isinstance(out, np.ndarray) and out.ndim == 1
     assert as_list(out) == expected
     assert as_list(pld.find_candidate_pred_tokens(a[None, :], max_n, k, **kw)) == expected
-    # non-contiguous: every other element of a twice-as-long buffer
-    big = np.zeros(2 * len(seq), dtype=dtype)
-    big[::2] = a
-    assert not big[::2].flags.c_contiguous or len(seq) <= 1
-    assert as_list(pld.find_candidate_pred_tokens(big[::2], max_n, k, **kw)) == expected
-    # negative stride
-    rev = np.array(seq[::-1], dtype=dtype)[::-1]
-    assert as_list(pld.find_candidate_pred_tokens(rev, max_n, k, **kw)) == expected
-    # [1, L] non-contiguous
+    # a contiguous view into a longer buffer
+    big = np.zeros(len(seq) + 2, dtype=dtype)
+    big[1:-1] = a
+    assert as_list(pld.find_candidate_pred_tokens(big[1:-1], max_n, k, **kw)) == expected
+    # strided views (every other element, a negative stride, a [1, L] row
+    # with a stride) are refused; their contiguous copies answer
     big2 = np.zeros((2, 2 * len(seq)), dtype=dtype)
     big2[1, ::2] = a
-    assert as_list(pld.find_candidate_pred_tokens(big2[1:, ::2], max_n, k, **kw)) == expected
+    for view in (big2[1, ::2], np.array(seq[::-1], dtype=dtype)[::-1], big2[1:, ::2]):
+        if len(seq) > 1:
+            with pytest.raises(ValueError, match="input_ids: expected a 1-D C-contiguous"):
+                pld.find_candidate_pred_tokens(view, max_n, k, **kw)
+        assert as_list(pld.find_candidate_pred_tokens(np.ascontiguousarray(view), max_n, k,
+                                                      **kw)) == expected
     # the input is never modified
     assert a.tolist() == seq
 

@@ -19,11 +19,7 @@ For each stream (real tokenized text, random ids) and context length L:
                       truncate back, + extend(token): the candidate tries
                       of a token-tree step with the model's successors
                       (the 'ahead' draft source: pld.drafts.guesses_ahead).
-  pld.NgramIndex[first], out=buffer
-                      step = propose(10, out=buffer) + extend(token): the
-                      draft written into a NumPy int64 array (no list, no
-                      int objects), as pld's loop proposes on the CPU.
-  compared build: NgramIndex[first] (and its out=buffer form)
+  compared build: NgramIndex[first]
                       with --compare-build SO: another build of the
                       extension (say, the previous commit's), stepping in
                       the same rounds; ratio rows compare the two.
@@ -96,10 +92,8 @@ M_DICT = "python_dict_index"
 M_FIND = "pld.find_candidate_pred_tokens"
 M_IDX = "pld.NgramIndex[{}]"
 IDX_FIRST = M_IDX.format("first")
-IDX_OUT = IDX_FIRST + ", out=buffer"
 M_TREE = "pld.NgramIndex[recent].propose_tree + 2 guesses"
 M_PREV = "compared build: NgramIndex[first]"
-M_PREV_OUT = M_PREV + ", out=buffer"
 CORPUS_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
@@ -207,11 +201,10 @@ def time_oneshot(fn: Callable, args: Sequence, repeats: int, budget: float,
 
 def time_steps(indexes: Dict[str, object], L: int,
                rounds: Sequence[Tuple[List[int], List[int]]],
-               batch: int, outs: Optional[Dict[str, object]] = None) -> Dict[str, Dict]:
+               batch: int) -> Dict[str, Dict]:
     """Steps (propose(K) then extend(token)) for several indexes that hold
     the first L tokens of the stream; `rounds` is a list of (warmup,
-    follow) token lists, fresh ones for every round. An index named in
-    `outs` proposes into that buffer instead: propose(K, out=buffer).
+    follow) token lists, fresh ones for every round.
 
     In each round every index (in a rotating order, so that all see the
     same machine conditions) first steps through `warmup` (the index's hot
@@ -230,7 +223,6 @@ def time_steps(indexes: Dict[str, object], L: int,
     cold: Dict[str, List[float]] = {n: [] for n in names}
     totals = dict.fromkeys(names, 0)
     steps = sum(len(follow) for _, follow in rounds)
-    outs = outs or {}
     gc_was = gc.isenabled()
     gc.disable()
     try:
@@ -241,7 +233,7 @@ def time_steps(indexes: Dict[str, object], L: int,
                 name = names[(r + j) % len(names)]
                 ix = indexes[name]
                 ix.truncate(L)
-                run = _step_loop(ix, outs.get(name))
+                run = _step_loop(ix)
                 if first_warmup:
                     cold[name].append(_warm_up_steps(ix, L, run, first_warmup, rest_warmup))
                 for chunk in chunks:
@@ -283,19 +275,14 @@ def _step_stats(warm: List[float], cold: List[float], total: int, steps: int) ->
         "steps": steps, "batches": len(ordered)}
 
 
-def _step_loop(ix, out) -> Callable[[List[int]], None]:
+def _step_loop(ix) -> Callable[[List[int]], None]:
     """The timed loop over tokens: one propose and one extend per token."""
     propose, extend = ix.propose, ix.extend
-    if out is None:
-        def run(tokens: List[int]) -> None:
-            for tok in tokens:
-                propose(K)
-                extend(tok)
-    else:
-        def run(tokens: List[int]) -> None:
-            for tok in tokens:
-                propose(K, out=out)
-                extend(tok)
+
+    def run(tokens: List[int]) -> None:
+        for tok in tokens:
+            propose(K)
+            extend(tok)
     return run
 
 
@@ -396,8 +383,7 @@ def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
     # more statistics of the index rows: (method, statistic, label)
     for m, stat, label in ((IDX_FIRST, "us_mean", "mean over all steps"),
                            (IDX_FIRST, "us_min_batch", "fastest batch"),
-                           (IDX_FIRST, "us_cold", "first batch after another index ran (cold)"),
-                           (IDX_OUT, "us_min_batch", "fastest batch")):
+                           (IDX_FIRST, "us_cold", "first batch after another index ran (cold)")):
         cells = res.get(m, {})
         if cells:
             rows.append(f"| *{m}, {label}* | " + " | ".join(
@@ -412,14 +398,13 @@ def speed_table(res: Dict, sizes: Sequence[int], methods: Sequence[str]) -> str:
             a, b = cells.get(str(L), {}).get("us"), first.get(str(L), {}).get("us")
             ratios.append(_fmt_ratio(a / b) if a and b else "-")
         rows.append(f"| *{other} / NgramIndex[first]* | " + " | ".join(ratios) + " |")
-    for mine, theirs in ((IDX_FIRST, M_PREV), (IDX_OUT, M_PREV_OUT)):
-        a_cells, b_cells = res.get(mine, {}), res.get(theirs, {})
-        if b_cells:
-            ratios = []
-            for L in sizes:
-                a, b = a_cells.get(str(L), {}).get("us"), b_cells.get(str(L), {}).get("us")
-                ratios.append(_fmt_ratio(a / b) if a and b else "-")
-            rows.append(f"| *{mine} / {theirs}* | " + " | ".join(ratios) + " |")
+    prev = res.get(M_PREV, {})
+    if prev:
+        ratios = []
+        for L in sizes:
+            a, b = first.get(str(L), {}).get("us"), prev.get(str(L), {}).get("us")
+            ratios.append(_fmt_ratio(a / b) if a and b else "-")
+        rows.append(f"| *{IDX_FIRST} / {M_PREV}* | " + " | ".join(ratios) + " |")
     return "\n".join(rows)
 
 
@@ -446,12 +431,6 @@ def criteria(results: Dict, sizes: Sequence[int]) -> List[Dict]:
                     "value": (f"max {_fmt_us(worst)} us (fastest batches: max {_fmt_us(fast)} us)"
                               if worst is not None else "n/a"),
                     "pass": worst is not None and worst <= 0.5})
-        into = t.get(IDX_OUT, {})
-        if into:
-            w = max(c["us"] for L, c in into.items() if int(L) <= 1 << 20)
-            out.append({"stream": sname,
-                        "criterion": "NgramIndex[first] step, propose(out=buffer), <= 0.5 us at every L <= 1M",
-                        "value": f"max {_fmt_us(w)} us", "pass": w <= 0.5})
         tree = {int(L): c["us"] for L, c in t.get(M_TREE, {}).items() if int(L) <= 1 << 20}
         if tree:
             # a bounded walk (at most ~4 occurrences of each n-gram size): its
@@ -492,7 +471,6 @@ def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str])
     styles = {M_TORCH: ("tab:red", "o", "-"), M_HF: ("tab:orange", "s", "-"),
               M_DICT: ("tab:purple", "^", "-"), M_FIND: ("tab:blue", "D", "-"),
               M_IDX.format("first"): ("tab:green", "o", "-"),
-              IDX_OUT: ("darkgreen", "*", ":"),
               M_IDX.format("recent"): ("tab:olive", "v", "--"),
               M_IDX.format("frequent"): ("tab:cyan", "x", "--"),
               M_TREE: ("tab:purple", "*", "-.")}
@@ -530,9 +508,6 @@ def plot(results: Dict, sizes: Sequence[int], path: str, methods: Sequence[str])
 def _check_agreement(L: int, j: int, ctx_t, cidx, didx, torch_seed, pld, hf_make) -> None:
     """All seed-semantics answers must agree at context length L + j."""
     a = cidx.propose(K)
-    into = np.full(K, -1, dtype=np.int64)
-    if into[:cidx.propose(K, out=into)].tolist() != a:
-        raise AssertionError(f"propose(out=) wrote {into.tolist()}, propose returned {a}")
     b = didx.propose(K)
     c = torch_seed(ctx_t, MAX_N, K).tolist()
     d = pld.find_candidate_pred_tokens(ctx_t, MAX_N, K).tolist()
@@ -636,8 +611,8 @@ def run(args: argparse.Namespace) -> int:
 
     need = plan.sizes[-1] + 2 * plan.rounds * plan.segment + 16
     compared = load_build(args.compare_build) if args.compare_build else None
-    methods = [M_TORCH, M_HF, M_DICT, M_FIND, IDX_FIRST, IDX_OUT] + [
-        M_IDX.format(p) for p in POLICIES[1:]] + [M_TREE] + ([M_PREV, M_PREV_OUT] if compared else [])
+    methods = [M_TORCH, M_HF, M_DICT, M_FIND, IDX_FIRST] + [
+        M_IDX.format(p) for p in POLICIES[1:]] + [M_TREE] + ([M_PREV] if compared else [])
     n_cells = len(plan.streams) * len(plan.sizes) * (3 + (1 if hf_make else 0))
     bar = tqdm(total=n_cells, unit="cell", dynamic_ncols=True) if tqdm else None
     ctx = _Run(args, plan, torch, hf_make, compared, methods, bar, bar.write if bar else print)
@@ -817,11 +792,11 @@ def _check_size(ctx: _Run, L: int, tok: _Tokens, didx) -> None:
 
 
 def _index_group(ctx: _Run, L: int, tok: _Tokens, didx,
-                 mres: Dict[str, Dict]) -> Tuple[Dict[str, object], Dict[str, object], Dict[str, object]]:
-    """(pld's indexes by policy, every index to time by method, out
-    buffers by method), each index over stream[:L] with room reserved for
-    a segment and its own state and caches; records the policy indexes'
-    bytes per token at L in mres."""
+                 mres: Dict[str, Dict]) -> Tuple[Dict[str, object], Dict[str, object]]:
+    """(pld's indexes by policy, every index to time by method), each
+    index over stream[:L] with room reserved for a segment and its own
+    state and caches; records the policy indexes' bytes per token at L in
+    mres."""
     import pld
 
     seed, segment, array = ctx.args.seed, ctx.plan.segment, tok.array
@@ -832,25 +807,18 @@ def _index_group(ctx: _Run, L: int, tok: _Tokens, didx,
         mres[M_IDX.format(pol)][str(L)] = ix.nbytes / L
         ix.reserve(segment)  # as pld's loop reserves max_new_tokens
         cidx[M_IDX.format(pol)] = ix
-    into = pld.NgramIndex(MAX_N, MIN_N, "first", seed=seed)  # its own index: same state, own caches
-    into.extend(array[:L])
-    into.reserve(segment)
     tree_ix = pld.NgramIndex(MAX_N, MIN_N, "recent", seed=seed)  # own state and caches
     tree_ix.extend(array[:L])
     tree_ix.reserve(segment)
     group = dict(cidx)
-    group[IDX_OUT] = into
     group[M_TREE] = _TreeSteps(tree_ix, (int(array[0]), int(array[1])))
     group[M_DICT] = didx
-    outs = {IDX_OUT: np.zeros(K, dtype=np.int64)}
     if ctx.compared is not None:
-        for name in (M_PREV, M_PREV_OUT):
-            other = ctx.compared.NgramIndex(MAX_N, MIN_N, "first")
-            other.extend(array[:L])
-            other.reserve(segment)
-            group[name] = other
-        outs[M_PREV_OUT] = np.zeros(K, dtype=np.int64)
-    return cidx, group, outs
+        other = ctx.compared.NgramIndex(MAX_N, MIN_N, "first")
+        other.extend(array[:L])
+        other.reserve(segment)
+        group[M_PREV] = other
+    return cidx, group
 
 
 def _time_indexes(ctx: _Run, L: int, tok: _Tokens, didx, per_round: List[Tuple[List[int], List[int]]],
@@ -859,8 +827,8 @@ def _time_indexes(ctx: _Run, L: int, tok: _Tokens, didx, per_round: List[Tuple[L
     record pld's indexes' bytes per token, at L and after the steps, in
     mres. didx is left beyond L (the caller truncates it)."""
     key = str(L)
-    cidx, group, outs = _index_group(ctx, L, tok, didx, mres)
-    for name, stats in time_steps(group, L, per_round, ctx.plan.batch, outs).items():
+    cidx, group = _index_group(ctx, L, tok, didx, mres)
+    for name, stats in time_steps(group, L, per_round, ctx.plan.batch).items():
         tres[name][key] = stats
     follow = per_round[-1][1]
     for name, ix in cidx.items():
