@@ -74,9 +74,7 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     for flag in ("assistant_early_exit", "use_mtp"):
         if getattr(config, flag, None):
             return f"generation_config.{flag} is set"
-    if getattr(model.config, "is_encoder_decoder", False):
-        return "encoder-decoder models are not supported natively"
-    no_cache = cache_blocker(model)
+    no_cache = cache_blocker(model)  # (an encoder-decoder model among the reasons)
     if no_cache is not None:
         return f"{type(model).__name__} cannot be served by pld's loop: {no_cache}"
     if input_ids.shape[0] != 1:
