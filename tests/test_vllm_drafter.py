@@ -218,6 +218,26 @@ def test_a_look_alike_request_is_caught_by_the_rolling_check():
     assert drafter.rows[0].tokens[:n].tolist() == b
 
 
+@pytest.mark.parametrize("where", [0, HEAD - 1, 4 * WINDOW - 2], ids=["head", "end-of-head", "tail"])
+def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
+    """The head and tail are checked every step, whichever window the
+    rolling check is at (here [WINDOW, 2 * WINDOW), away from both)."""
+    n = 4 * WINDOW
+    a = [i % 7 for i in range(n)]
+    tokens = np.zeros((1, n + 64), dtype=np.int32)
+    tokens[0, :n] = a
+    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    drafter.propose([[a[-1]]], np.array([n]), tokens)
+    drafter.propose([[a[-1]]], np.array([n]), tokens)  # the rolling check covered [0, WINDOW)
+    first = drafter.rows[0]
+    b = list(a)
+    b[where] = 9
+    tokens[0, :n] = b  # another request takes the row, as long
+    drafter.propose([[b[-1]]], np.array([n]), tokens)
+    assert drafter.rows[0] is not first
+    assert drafter.rows[0].tokens[:n].tolist() == b
+
+
 def test_a_new_request_in_a_finished_ones_row_is_not_served_its_index():
     tokens = np.zeros((1, 100), dtype=np.int32)
     drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
