@@ -447,3 +447,67 @@ def test_a_failure_inside_drafting_costs_a_step_its_drafts_not_the_engine(caplog
     assert "drafting failed" in caplog.text and drafter.num_requests == 0
     monkeypatch.undo()
     assert drafter.propose([[8]], np.array([9]), tokens) == [[9, 10, 11, 12]]
+
+
+# ------------------------------------------------ the row checks' C helper
+
+def test_first_unequal_span_names_the_first_span_that_differs():
+    a = np.arange(40, dtype=np.int32)
+    b = np.stack([np.full(40, -1, dtype=np.int32), a])  # a is row 1 of b: it starts at item 40
+    b[1, 20] = 99
+    f = _core._first_unequal_span
+    assert f(a, b, 40, 4, 0, 16, 30, 40) == 2  # both equal: the number of pairs
+    assert f(a, b, 40, 4, 0, 16, 18, 22, 30, 40) == 1  # [18, 22) holds the changed item
+    assert f(a, b, 40, 4, 18, 22, 0, 16) == 0
+    assert f(a, b, 0, 4, 0, 16) == 0  # row 0 is not a
+    assert f(a, b, 40, 4, 20, 20, 21, 40) == 2  # an empty span is equal
+    assert f(a, b, 40, 4) == 0  # no pairs
+    assert f(bytearray(a.tobytes()), memoryview(b), 40, 4, 0, 20) == 1
+    assert f(b"", bytearray(), 0, 4, 0, 0) == 1
+    assert f(a.tobytes(), b.tobytes(), 40, 4, 0, 20) == 1
+    assert f(a.tobytes(), b.tobytes(), 160, 1, 0, 80) == 1  # itemsize 1: byte offsets
+
+
+def test_first_unequal_span_agrees_with_slices():
+    rng = random.Random(3)
+    for _ in range(300):
+        size = rng.choice([1, 2, 4, 8])
+        a = bytes(rng.randrange(3) for _ in range(size * rng.randint(0, 12)))
+        b = bytes(rng.randrange(3) for _ in range(size * rng.randint(0, 24)))
+        na, nb = len(a) // size, len(b) // size
+        start = rng.randint(0, nb)
+        spans = []
+        for _ in range(rng.randint(0, 8)):
+            s = rng.randint(0, min(na, nb - start))
+            spans.append((s, rng.randint(s, min(na, nb - start))))
+        want = next((j for j, (s, e) in enumerate(spans)
+                     if a[s * size:e * size] != b[(start + s) * size:(start + e) * size]), len(spans))
+        assert _core._first_unequal_span(a, b, start, size, *[x for p in spans for x in p]) == want
+
+
+@pytest.mark.parametrize("args, error", [
+    ((b"abcd", b"abcd", 0, 1, 0, 5), ValueError),  # past a
+    ((b"abcd", b"abcdef", 3, 1, 0, 4), ValueError),  # past b from b_start
+    ((b"abcd", b"abcd", 0, 1, 3, 2), ValueError),  # stop before start
+    ((b"abcd", b"abcd", 0, 1, -1, 2), ValueError),
+    ((b"abcd", b"abcd", 5, 1, 0, 0), ValueError),  # b_start past b
+    ((b"abcd", b"abcd", -1, 1, 0, 1), ValueError),
+    ((b"abcd", b"abcd", 0, 0, 0, 1), ValueError),  # itemsize 0
+    ((b"abcd", b"abcd", 0, 2, 0, 3), ValueError),  # 3 items of 2 bytes: past both
+    ((b"abcd", b"abcd", 0, 1, 0), TypeError),  # a start without its stop
+    ((b"abcd", b"abcd", 0, 1) + (0, 1) * 9, TypeError),  # more than 8 pairs
+    ((b"abcd", b"abcd", 0), TypeError),
+    ((b"abcd", b"abcd", 0, 1, 0, 1.0), TypeError),
+    ((b"abcd", b"abcd", 0, 1, 0, np.int64(1)), TypeError),
+    (("abcd", b"abcd", 0, 1, 0, 1), TypeError),  # text: no buffer
+    ((b"abcd", np.zeros((4, 4), dtype=np.int32)[:, 1], 0, 1, 0, 1), (BufferError, ValueError)),  # strided
+])
+def test_first_unequal_span_refuses_bad_arguments(args, error):
+    with pytest.raises(error):
+        _core._first_unequal_span(*args)
+
+
+def test_first_unequal_span_checks_every_span_before_comparing():
+    # the first span differs, the second is out of range: the error, whatever the data
+    with pytest.raises(ValueError):
+        _core._first_unequal_span(b"ab", b"xb", 0, 1, 0, 1, 0, 3)
