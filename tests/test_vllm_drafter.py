@@ -238,6 +238,27 @@ def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
     assert drafter.rows[0].tokens[:n].tolist() == b
 
 
+def test_the_rolling_window_moves_on_once_the_head_and_tail_match():
+    n = 4 * WINDOW
+    a = [i % 7 for i in range(n)]
+    tokens = np.zeros((1, n + 64), dtype=np.int32)
+    tokens[0, :n] = a
+    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    drafter.propose([[a[-1]]], np.array([n]), tokens)
+    state = drafter.rows[0]
+    assert state.seems(tokens, 0, n) and state.cursor == WINDOW
+    tokens[0, 0] = 9  # the head differs: the window stays
+    assert not state.seems(tokens, 0, n) and state.cursor == WINDOW
+    tokens[0, 0] = a[0]
+    tokens[0, WINDOW + 1] = 9  # the next window differs: it is checked, and passed
+    assert not state.seems(tokens, 0, n) and state.cursor == 2 * WINDOW
+    assert state.seems(tokens, 0, n) and state.cursor == 3 * WINDOW
+    assert state.seems(tokens, 0, n) and state.cursor == 4 * WINDOW
+    assert state.seems(tokens, 0, n) and state.cursor == WINDOW  # round again, from 0
+    assert not state.seems(tokens, 0, n) and state.cursor == 2 * WINDOW
+    assert state.seems(tokens, 0, WINDOW // 2) and state.cursor == WINDOW // 2  # a shorter row: its end
+
+
 def test_a_new_request_in_a_finished_ones_row_is_not_served_its_index():
     tokens = np.zeros((1, 100), dtype=np.int32)
     drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
@@ -511,3 +532,51 @@ def test_first_unequal_span_checks_every_span_before_comparing():
     # the first span differs, the second is out of range: the error, whatever the data
     with pytest.raises(ValueError):
         _core._first_unequal_span(b"ab", b"xb", 0, 1, 0, 1, 0, 3)
+
+
+# ------------------------------------------------ token arrays vLLM never passes
+
+def _wide(tokens):  # rows contiguous, the array not (a column slice of a wider one)
+    wide = np.full((tokens.shape[0], tokens.shape[1] + 5), -3, dtype=tokens.dtype)
+    wide[:, :tokens.shape[1]] = tokens
+    return wide[:, :tokens.shape[1]]
+
+
+@pytest.mark.parametrize("layout", [
+    np.asfortranarray, _wide, lambda t: t.astype(">i4"), lambda t: t.astype(np.int64),
+    lambda t: t.astype(np.uint16),
+    "alternating",  # int32 and int64 in turn: the states start afresh at each change
+], ids=["fortran", "wide", "big-endian", "int64", "uint16", "alternating"])
+def test_any_integer_token_array_drafts_as_the_reference(layout):
+    rng = random.Random(11)
+    batch = FakeBatch(3, 150, rng, 6)
+    drafter = Drafter(config(k=4, max_model_len=150, max_num_seqs=3, adaptive=False))
+    for step in range(40):
+        random_events(batch, rng, 3, 6)
+        sampled = batch.step()
+        if layout == "alternating":
+            tokens = batch.tokens.astype(np.int64) if step % 2 else batch.tokens
+        else:
+            tokens = layout(batch.tokens)
+        drafts = drafter.propose(sampled, batch.lengths, tokens)
+        for rid, draft in zip(batch.order, drafts):
+            batch.drafts[rid] = list(draft)
+        assert drafts == batch.reference(sampled, 4)
+
+
+@pytest.mark.parametrize("tokens, lengths", [
+    (np.zeros((1, 12), dtype=np.float32), [9]),  # not integer ids
+    (np.zeros(12, dtype=np.int32), [9]),  # not [rows, width]
+    ([[0] * 12], [9]),  # not an array
+    (np.zeros((1, 12), dtype=np.int32), [13]),  # a length past the row
+    (np.zeros((1, 12), dtype=np.int32), [-1]),
+])
+def test_a_bad_step_costs_its_drafts_and_the_next_drafts_again(tokens, lengths, caplog):
+    good = np.zeros((1, 12), dtype=np.int32)
+    good[0, :9] = [1, 7, 8, 9, 10, 11, 12, 7, 8]
+    drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
+    assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
+    with caplog.at_level(logging.ERROR, logger="pld"):
+        assert drafter.propose([[8]], np.array(lengths), tokens) == [[]]
+    assert "drafting failed" in caplog.text and drafter.num_requests == 0
+    assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
