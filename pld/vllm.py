@@ -272,7 +272,7 @@ class Drafter:
                 state.append(tokens, i, n)
             elif n < state.n:  # tokens vLLM discarded
                 state.truncate(n)
-            if len(state.key) < HEAD * state.size:
+            if n < HEAD or len(state.key) < HEAD * state.size:  # the key: tokens[:min(HEAD, n)]
                 self._key(state)
             drafts.append(draft(state, n))
         if claimed != self.rows:  # (the states compare by identity)

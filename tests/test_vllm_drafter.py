@@ -580,3 +580,25 @@ def test_a_bad_step_costs_its_drafts_and_the_next_drafts_again(tokens, lengths, 
         assert drafter.propose([[8]], np.array(lengths), tokens) == [[]]
     assert "drafting failed" in caplog.text and drafter.num_requests == 0
     assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
+
+
+def test_a_request_cut_below_its_head_is_found_again_after_a_move():
+    """Its key follows its head tokens down and back up (vLLM discarded
+    tokens, then others were accepted in their place)."""
+    tokens = np.zeros((2, 100), dtype=np.int32)
+    drafter = Drafter(config(k=3, max_model_len=100, adaptive=False))
+    seq = list(range(1, 21))
+    tokens[0, :20] = seq
+    drafter.propose([[20]], np.array([20]), tokens)
+    state = drafter.rows[0]
+    seq = seq[:HEAD - 6]
+    drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)
+    for t in range(30, 40):
+        seq.append(t)
+        tokens[0, len(seq) - 1] = t
+        drafter.propose([[t]], np.array([len(seq)]), tokens)
+    assert drafter.rows[0] is state and len(seq) > HEAD
+    tokens[1, :len(seq)] = seq  # moved to row 1; a new request prefills in row 0
+    tokens[0, :5] = [9, 9, 9, 9, 9]
+    drafter.propose([[], [seq[-1]]], np.array([5, len(seq)]), tokens)
+    assert drafter.rows[1] is state
