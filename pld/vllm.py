@@ -217,6 +217,7 @@ class Drafter:
         self._saved_at: Optional[float] = None
         self._dtype: Optional[np.dtype] = None  # of the token arrays the states were read from
         self._pack: Any = None  # an id -> its bytes in such an array
+        self._array: Optional[np.ndarray] = None  # the token array last checked, if read as it is
         atexit.register(_close_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------- the step
@@ -230,60 +231,61 @@ class Drafter:
         drafting itself fail, the step goes on without drafts (an error on
         the "pld" logger) and every request starts a fresh index."""
         try:
-            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
+            tokens = token_ids_cpu
+            if tokens is not self._array or tokens.dtype is not self._dtype:
+                tokens = self._readable(tokens)
+            width = tokens.shape[1]  # row i starts at flat index i * width
+            # Recognise: the rows whose state last seen there still matches
+            # (also a row with nothing sampled this step: a prefill in progress).
+            claimed: Dict[int, _Request] = {}
+            count = len(lengths)
+            for i, state in self.rows.items():
+                if i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]):
+                    claimed[i] = state
+            drafts = []
+            max_len = self.options.max_model_len
+            draft = self._draft
+            for i, sampled in enumerate(sampled_token_ids):
+                n = lengths[i]
+                if not sampled or n >= max_len:
+                    drafts.append([])
+                    continue
+                if not 0 <= n <= width:
+                    raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
+                state = claimed.get(i)
+                if state is None:
+                    state = claimed[i] = self._find(tokens, i, i * width, n, claimed) or \
+                        _Request(tokens, i, n, n - len(sampled), self.options, self._pack)
+                if state.proposed:  # how the last draft fared
+                    accepted = len(sampled) - 1
+                    state.length.update(state.proposed, accepted if accepted < state.proposed else state.proposed)
+                    state.proposed = 0
+                if n > state.n:  # the tokens accepted
+                    state.append(tokens, i, n)
+                elif n < state.n:  # tokens vLLM discarded
+                    state.truncate(n)
+                if n < HEAD or len(state.key) < HEAD * state.size:  # the key: tokens[:min(HEAD, n)]
+                    self._key(state)
+                drafts.append(draft(state, n))
+            if claimed != self.rows:  # (the states compare by identity)
+                self._release(claimed)
+            return drafts
         except Exception:  # noqa: BLE001 - the served tokens never depend on a draft
             logger.exception("pld: drafting failed; this step goes on without drafts")
             self.rows, self.keys, self.pool = {}, {}, OrderedDict()
+            self._array = None
             return [[] for _ in sampled_token_ids]
 
-    def _propose(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any,
-                 token_ids_cpu: np.ndarray) -> List[List[int]]:
-        lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
-        tokens = token_ids_cpu
-        if tokens.dtype is not self._dtype or not tokens.flags.c_contiguous or tokens.ndim != 2:
-            tokens = self._readable(tokens)
-        width = tokens.shape[1]  # row i starts at flat index i * width
-        # Recognise: the rows whose state last seen there still matches
-        # (also a row with nothing sampled this step: a prefill in progress).
-        claimed: Dict[int, _Request] = {}
-        count = len(lengths)
-        for i, state in self.rows.items():
-            if i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]):
-                claimed[i] = state
-        drafts = []
-        max_len = self.options.max_model_len
-        draft = self._draft
-        for i, sampled in enumerate(sampled_token_ids):
-            n = lengths[i]
-            if not sampled or n >= max_len:
-                drafts.append([])
-                continue
-            if not 0 <= n <= width:
-                raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
-            state = claimed.get(i)
-            if state is None:
-                state = claimed[i] = self._find(tokens, i, i * width, n, claimed) or \
-                    _Request(tokens, i, n, n - len(sampled), self.options, self._pack)
-            if state.proposed:  # how the last draft fared
-                accepted = len(sampled) - 1
-                state.length.update(state.proposed, accepted if accepted < state.proposed else state.proposed)
-                state.proposed = 0
-            if n > state.n:  # the tokens accepted
-                state.append(tokens, i, n)
-            elif n < state.n:  # tokens vLLM discarded
-                state.truncate(n)
-            if n < HEAD or len(state.key) < HEAD * state.size:  # the key: tokens[:min(HEAD, n)]
-                self._key(state)
-            drafts.append(draft(state, n))
-        if claimed != self.rows:  # (the states compare by identity)
-            self._release(claimed)
-        return drafts
-
-    def _readable(self, tokens: Any) -> np.ndarray:
+    def _readable(self, array: Any) -> np.ndarray:
         """The token array as the states read it: [rows, width] native
         integers, C-contiguous (a copy otherwise: vLLM's is). The states
-        hold bytes of one dtype: another drops them, as a failed step does."""
-        tokens = np.asarray(tokens)
+        hold bytes of one dtype: another drops them, as a failed step does.
+        An array already so is remembered: while the same one comes back
+        (vLLM passes the same array every step), only its dtype is checked."""
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"token_ids_cpu: expected a NumPy array, got {type(array).__name__}")
+        tokens = array
         if tokens.dtype.kind not in "iu" or tokens.ndim != 2:
             raise TypeError(f"token_ids_cpu: expected a [rows, width] array of integer ids, got "
                             f"{tokens.ndim} dimensions of {tokens.dtype}")
@@ -297,6 +299,7 @@ class Drafter:
                 self.rows, self.keys, self.pool = {}, {}, OrderedDict()
             self._pack = pack.pack
         self._dtype = tokens.dtype
+        self._array = array if tokens is array else None
         return tokens
 
     def _find(self, tokens: np.ndarray, i: int, at: int, n: int, claimed: Dict[int, _Request]
