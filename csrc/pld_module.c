@@ -2353,6 +2353,80 @@ error:
 
 /* ================================================================== module */
 
+/* _first_unequal_span(a, b, b_start, itemsize, start0, stop0, start1, stop1,
+ * ...) -> int: the index of the first (start, stop) pair for which the items
+ * a[start:stop] and b[b_start + start:b_start + stop] (itemsize bytes each,
+ * compared as bytes) differ, or the number of pairs when none does. a and b:
+ * any C-contiguous buffers (bytes, bytearray, memoryview, a NumPy array, read
+ * as their bytes); every span is checked against both before any is compared
+ * (ValueError). At most SPANS_MAX pairs. A pure function, for pld.vllm's
+ * drafter: its checks of a row against the tokens it holds, in one call. */
+#define SPANS_MAX 8
+
+static PyObject *py_first_unequal_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t bounds[2 * SPANS_MAX], b_start, size, pairs, i, items_a, items_b;
+    Py_buffer a, b;
+    PyObject *out = NULL;
+    (void)self;
+    if (nargs < 4 || (nargs - 4) % 2 != 0 || (nargs - 4) / 2 > SPANS_MAX) {
+        PyErr_Format(PyExc_TypeError,
+                     "_first_unequal_span(a, b, b_start, itemsize, start, stop, ...) takes up to "
+                     "%d (start, stop) pairs, got %zd arguments",
+                     SPANS_MAX, nargs);
+        return NULL;
+    }
+    /* the ints first (PyLong_AsSsize_t runs no Python code), then the buffers */
+    b_start = PyLong_AsSsize_t(args[2]);
+    if (b_start == -1 && PyErr_Occurred())
+        return NULL;
+    size = PyLong_AsSsize_t(args[3]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (b_start < 0 || size < 1) {
+        PyErr_Format(PyExc_ValueError, "b_start must be >= 0 and itemsize >= 1, got %zd and %zd",
+                     b_start, size);
+        return NULL;
+    }
+    pairs = (nargs - 4) / 2;
+    for (i = 0; i < 2 * pairs; i++) {
+        bounds[i] = PyLong_AsSsize_t(args[4 + i]);
+        if (bounds[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (PyObject_GetBuffer(args[0], &a, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&a);
+        return NULL;
+    }
+    items_a = a.len / size;
+    items_b = b.len / size;
+    for (i = 0; i < pairs; i++) {
+        Py_ssize_t start = bounds[2 * i], stop = bounds[2 * i + 1];
+        if (start < 0 || stop < start || stop > items_a || b_start > items_b ||
+            stop > items_b - b_start) {
+            PyErr_Format(PyExc_ValueError,
+                         "span %zd, [%zd, %zd) of a and from %zd on of b, is outside them (%zd "
+                         "and %zd items)",
+                         i, start, stop, b_start, items_a, items_b);
+            goto done;
+        }
+    }
+    for (i = 0; i < pairs; i++) {
+        Py_ssize_t start = bounds[2 * i], stop = bounds[2 * i + 1];
+        if (stop > start && memcmp((const char *)a.buf + start * size,
+                                   (const char *)b.buf + (b_start + start) * size,
+                                   (size_t)(stop - start) * (size_t)size) != 0)
+            break;
+    }
+    out = PyLong_FromSsize_t(i);
+done:
+    PyBuffer_Release(&b);
+    PyBuffer_Release(&a);
+    return out;
+}
+
 /* _ngram_tag(tokens, seed=0) -> int: the tag an index keyed by seed files
  * the n-gram `tokens` under. */
 static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2384,6 +2458,10 @@ static PyMethodDef module_methods[] = {
     {"_ngram_tag", (PyCFunction)(void (*)(void))py_ngram_tag, METH_FASTCALL,
      "_ngram_tag(tokens, seed=0) -> int: the hash tag of an n-gram in an index keyed by seed "
      "(for tests)"},
+    {"_first_unequal_span", (PyCFunction)(void (*)(void))py_first_unequal_span, METH_FASTCALL,
+     "_first_unequal_span(a, b, b_start, itemsize, start0, stop0, ...) -> int: the first "
+     "pair for which a[start:stop] and b[b_start + start:b_start + stop] (items of itemsize "
+     "bytes) differ, or the number of pairs (for pld.vllm)"},
     {"_find_candidate", (PyCFunction)(void (*)(void))py_find_candidate, METH_FASTCALL,
      "_find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics, "
      "max_length, eos_token_id) -> (start, count)"},

@@ -48,12 +48,14 @@ class DraftLength:
     def update(self, proposed: int, accepted: int) -> None:
         if not self.adaptive or proposed == 0:
             return
+        # (conditionals, not min/max: this runs every step of every request)
         if accepted == proposed:
-            self.length = min(self.k, self.length + 2)
-        else:
-            self.length = max(1, self.length - 1)
+            self.length = self.length + 2 if self.length + 2 < self.k else self.k
+        elif self.length > 1:
+            self.length -= 1
         if accepted == 0:
-            self._skip = min(self.max_skip, 1 << min(self._rejected_in_a_row, 16))
+            skip = 1 << self._rejected_in_a_row if self._rejected_in_a_row < 16 else 1 << 16
+            self._skip = skip if skip < self.max_skip else self.max_skip
             self._rejected_in_a_row += 1
         else:
             self._rejected_in_a_row = 0

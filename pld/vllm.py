@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import struct
 import time
 import weakref
 from collections import OrderedDict
@@ -44,6 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import _core
+from ._core import _first_unequal_span
 from .draft_length import DraftLength
 
 logger = logging.getLogger("pld")
@@ -113,30 +115,48 @@ def _path(name: str, value: Any) -> Optional[str]:
 
 class _Request:
     """One request's drafting state: its index, a copy of its tokens (for
-    recognition), where its output starts, and its draft length."""
+    recognition), where its output starts, and its draft length.
 
-    __slots__ = ("index", "tokens", "n", "prompt", "cursor", "length", "proposed", "key")
+    ``held`` is exactly the bytes of the first ``n`` tokens (``size`` bytes
+    each, of ``dtype``, as the token array holds them); a step's checks
+    compare spans of it with the same spans of the row in one C call
+    (``_core._first_unequal_span``: a memcmp each), and a step's token is
+    read as an int, so the step builds no array."""
 
-    def __init__(self, row: np.ndarray, n: int, prompt: int, options: DrafterOptions) -> None:
+    __slots__ = ("index", "held", "size", "dtype", "pack", "n", "prompt", "cursor", "length", "proposed",
+                 "key")
+
+    def __init__(self, tokens: np.ndarray, i: int, n: int, prompt: int, options: DrafterOptions,
+                 pack: Any) -> None:
         self.index = _core.NgramIndex(options.max_n, options.min_n, "first", seed=0)
-        self.tokens = np.empty(max(64, 2 * n), dtype=row.dtype)
+        self.held = bytearray()
+        self.size = tokens.itemsize
+        self.dtype = tokens.dtype
+        self.pack = pack  # an id -> its bytes in the token array
         self.n = 0
         self.prompt = prompt
         self.cursor = 0
         self.length = DraftLength(options.k, adaptive=options.adaptive)
         self.proposed = 0
         self.key = b""
-        self.append(row, n)
+        self.append(tokens, i, n)
 
-    def append(self, row: np.ndarray, n: int) -> None:
-        """Take row[self.n:n] (the tokens accepted since the last step)."""
-        if n > len(self.tokens):
-            grown = np.empty(max(n, 2 * len(self.tokens)), dtype=self.tokens.dtype)
-            grown[:self.n] = self.tokens[:self.n]
-            self.tokens = grown
-        new = row[self.n:n]
-        self.tokens[self.n:n] = new
-        self.index.extend(new)
+    @property
+    def tokens(self) -> np.ndarray:
+        """A copy of the tokens held."""
+        return np.frombuffer(bytes(self.held), dtype=self.dtype)
+
+    def append(self, tokens: np.ndarray, i: int, n: int) -> None:
+        """Take tokens[i, self.n:n] (the tokens accepted since the last step)."""
+        a = self.n
+        if n - a == 1:  # the usual step: one token, as an int
+            token = tokens.item(i, a)
+            self.held += self.pack(token)
+            self.index.extend(token)
+        else:
+            new = tokens[i, a:n]
+            self.held += memoryview(new)  # (bytes: an array would add as an array)
+            self.index.extend(new)
         self.n = n
 
     def truncate(self, n: int) -> None:
@@ -144,31 +164,35 @@ class _Request:
         request that shares them, or lost tokens, drafts as a fresh one
         would, so that a seeded request repeats)."""
         self.index.truncate(n)
+        del self.held[n * self.size:]
         self.n = n
         self.cursor = 0
         self.prompt = min(self.prompt, n)
         self.length = DraftLength(self.length.k, adaptive=self.length.adaptive)
         self.proposed = 0
 
-    def seems(self, row: np.ndarray, limit: int) -> bool:
-        """Whether ``row`` (``limit`` tokens) still looks like this request:
-        its head, the tail of what is held, and the next rolling window."""
-        m = min(self.n, limit)
-        h = min(m, HEAD)
-        t = max(0, m - TAIL)
-        if row[:h].tobytes() != self.tokens[:h].tobytes() or row[t:m].tobytes() != self.tokens[t:m].tobytes():
-            return False
+    def seems(self, tokens: np.ndarray, at: int, limit: int) -> bool:
+        """Whether the row starting at flat index ``at`` of ``tokens``
+        (``limit`` tokens, 0 <= limit <= the row's width) still looks like
+        this request: its head and the tail of what is held, then (the
+        cursor moving on) the next rolling window."""
+        m = self.n if self.n < limit else limit
         c = self.cursor if self.cursor < m else 0
-        e = min(c + WINDOW, m)
+        e = c + WINDOW if c + WINDOW < m else m
+        unequal = _first_unequal_span(self.held, tokens, at, self.size, 0, m if m < HEAD else HEAD,
+                                      m - TAIL if m > TAIL else 0, m, c, e)
+        if unequal < 2:  # the head or the tail differs
+            return False
         self.cursor = e
-        return row[c:e].tobytes() == self.tokens[c:e].tobytes()
+        return unequal == 3
 
-    def is_prefix_of(self, row: np.ndarray, limit: int) -> bool:
-        """Whether the tokens held are exactly ``row[:n]`` (n <= limit)."""
-        return self.n <= limit and row[:self.n].tobytes() == self.tokens[:self.n].tobytes()
+    def is_prefix_of(self, tokens: np.ndarray, at: int, limit: int) -> bool:
+        """Whether the tokens held are exactly the first n of the row at
+        ``at`` (n <= limit <= the row's width)."""
+        return self.n <= limit and _first_unequal_span(self.held, tokens, at, self.size, 0, self.n) == 1
 
     def output(self) -> List[int]:
-        return self.tokens[self.prompt:self.n].tolist()
+        return np.frombuffer(self.held[self.prompt * self.size:], dtype=self.dtype).tolist()
 
 
 class Drafter:
@@ -191,6 +215,9 @@ class Drafter:
         self.corpus = _open_corpus(self.options, model)
         self._closed = False
         self._saved_at: Optional[float] = None
+        self._dtype: Optional[np.dtype] = None  # of the token arrays the states were read from
+        self._pack: Any = None  # an id -> its bytes in such an array
+        self._array: Optional[np.ndarray] = None  # the token array last checked, if read as it is
         atexit.register(_close_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------- the step
@@ -204,72 +231,102 @@ class Drafter:
         drafting itself fail, the step goes on without drafts (an error on
         the "pld" logger) and every request starts a fresh index."""
         try:
-            return self._propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu)
+            lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
+            tokens = token_ids_cpu
+            if tokens is not self._array or tokens.dtype is not self._dtype:
+                tokens = self._readable(tokens)
+            width = tokens.shape[1]  # row i starts at flat index i * width
+            # Recognise: the rows whose state last seen there still matches
+            # (also a row with nothing sampled this step: a prefill in progress).
+            claimed: Dict[int, _Request] = {}
+            count = len(lengths)
+            for i, state in self.rows.items():
+                if i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]):
+                    claimed[i] = state
+            drafts = []
+            max_len = self.options.max_model_len
+            draft = self._draft
+            for i, sampled in enumerate(sampled_token_ids):
+                n = lengths[i]
+                if not sampled or n >= max_len:
+                    drafts.append([])
+                    continue
+                if not 0 <= n <= width:
+                    raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
+                state = claimed.get(i)
+                if state is None:
+                    state = claimed[i] = self._find(tokens, i, i * width, n, claimed) or \
+                        _Request(tokens, i, n, n - len(sampled), self.options, self._pack)
+                if state.proposed:  # how the last draft fared
+                    accepted = len(sampled) - 1
+                    state.length.update(state.proposed, accepted if accepted < state.proposed else state.proposed)
+                    state.proposed = 0
+                if n > state.n:  # the tokens accepted
+                    state.append(tokens, i, n)
+                elif n < state.n:  # tokens vLLM discarded
+                    state.truncate(n)
+                if n < HEAD or len(state.key) < HEAD * state.size:  # the key: tokens[:min(HEAD, n)]
+                    self._key(state)
+                drafts.append(draft(state, n))
+            if claimed != self.rows:  # (the states compare by identity)
+                self._release(claimed)
+            return drafts
         except Exception:  # noqa: BLE001 - the served tokens never depend on a draft
             logger.exception("pld: drafting failed; this step goes on without drafts")
             self.rows, self.keys, self.pool = {}, {}, OrderedDict()
+            self._array = None
             return [[] for _ in sampled_token_ids]
 
-    def _propose(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any,
-                 token_ids_cpu: np.ndarray) -> List[List[int]]:
-        lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
-        claimed = self._recognise(sampled_token_ids, lengths, token_ids_cpu)
-        drafts = []
-        for i, sampled in enumerate(sampled_token_ids):
-            if not sampled or lengths[i] >= self.options.max_model_len:
-                drafts.append([])
-                continue
-            state = claimed.get(i)
-            if state is None:
-                state = claimed[i] = self._find(token_ids_cpu[i], lengths[i], claimed) or \
-                    _Request(token_ids_cpu[i], lengths[i], lengths[i] - len(sampled), self.options)
-            self._advance(state, token_ids_cpu[i], lengths[i], len(sampled))
-            drafts.append(self._draft(state, lengths[i]))
-        self._release(claimed)
-        return drafts
+    def _readable(self, array: Any) -> np.ndarray:
+        """The token array as the states read it: [rows, width] native
+        integers, C-contiguous (a copy otherwise: vLLM's is). The states
+        hold bytes of one dtype: another drops them, as a failed step does.
+        An array already so is remembered: while the same one comes back
+        (vLLM passes the same array every step), only its dtype is checked."""
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"token_ids_cpu: expected a NumPy array, got {type(array).__name__}")
+        tokens = array
+        if tokens.dtype.kind not in "iu" or tokens.ndim != 2:
+            raise TypeError(f"token_ids_cpu: expected a [rows, width] array of integer ids, got "
+                            f"{tokens.ndim} dimensions of {tokens.dtype}")
+        if not tokens.dtype.isnative or not tokens.flags.c_contiguous:
+            tokens = np.ascontiguousarray(tokens, dtype=tokens.dtype.newbyteorder("="))
+        if tokens.dtype != self._dtype:
+            pack = struct.Struct(tokens.dtype.char)  # the C type NumPy names, as struct names it
+            if pack.size != tokens.itemsize:
+                raise TypeError(f"token_ids_cpu: {tokens.dtype} ids cannot be packed as {tokens.dtype.char!r}")
+            if self._dtype is not None:
+                self.rows, self.keys, self.pool = {}, {}, OrderedDict()
+            self._pack = pack.pack
+        self._dtype = tokens.dtype
+        self._array = array if tokens is array else None
+        return tokens
 
-    def _recognise(self, sampled: Sequence[Sequence[int]], lengths: List[int], tokens: np.ndarray
-                   ) -> Dict[int, _Request]:
-        """The rows whose state last seen there still matches (also a row
-        with nothing sampled this step: a prefill in progress)."""
-        claimed: Dict[int, _Request] = {}
-        for i, state in self.rows.items():
-            if i < len(lengths) and state.seems(tokens[i], lengths[i]):
-                claimed[i] = state
-        return claimed
-
-    def _find(self, row: np.ndarray, n: int, claimed: Dict[int, _Request]) -> Optional[_Request]:
-        """The longest state held whose tokens are exactly a prefix of the
-        row, that no other row has claimed (checked in full: this runs only
+    def _find(self, tokens: np.ndarray, i: int, at: int, n: int, claimed: Dict[int, _Request]
+              ) -> Optional[_Request]:
+        """The longest state held whose tokens are exactly a prefix of row
+        i, that no other row has claimed (checked in full: this runs only
         for a new, moved or resumed request)."""
         taken = {id(s) for s in claimed.values()}
         best = None
-        for state in self.keys.get(row[:min(HEAD, n)].tobytes(), ()):
-            if id(state) not in taken and state.is_prefix_of(row, n) and (best is None or state.n > best.n):
+        for state in self.keys.get(tokens[i, :min(HEAD, n)].tobytes(), ()):
+            if id(state) not in taken and state.is_prefix_of(tokens, at, n) and (best is None or state.n > best.n):
                 best = state
         if best is not None:
             self.pool.pop(id(best), None)
         return best
 
-    def _advance(self, state: _Request, row: np.ndarray, n: int, sampled: int) -> None:
-        """Learn how the last draft fared, then take the new tokens."""
-        if state.proposed:
-            state.length.update(state.proposed, min(sampled - 1, state.proposed))
-            state.proposed = 0
-        if n < state.n:  # tokens vLLM discarded
-            state.truncate(n)
-        elif n > state.n:
-            state.append(row, n)
-        if len(state.key) < HEAD * state.tokens.itemsize:
-            self._key(state)
-
     def _draft(self, state: _Request, n: int) -> List[int]:
-        want = min(state.length.next(), self.options.max_model_len - n)
+        want = state.length.next()
+        if want > self.options.max_model_len - n:
+            want = self.options.max_model_len - n
         if want <= 0:
             return []
         draft = state.index.propose(want)
         if not draft and self.corpus is not None and len(self.corpus):
-            context = state.tokens[max(0, n - self.corpus.max_ngram_size):n]
+            size = state.size
+            context = np.frombuffer(state.held[max(0, n - self.corpus.max_ngram_size) * size:n * size],
+                                    dtype=state.dtype)
             draft = best_chain(*self.corpus.propose_tree(context, want))
         state.proposed = len(draft)
         return draft
@@ -279,7 +336,7 @@ class Drafter:
     def _key(self, state: _Request) -> None:
         """File the state under its head tokens (again, while it has fewer
         than HEAD)."""
-        key = state.tokens[:min(HEAD, state.n)].tobytes()
+        key = bytes(state.held[:min(HEAD, state.n) * state.size])
         if key == state.key:
             return
         self._unkey(state)
@@ -296,8 +353,6 @@ class Drafter:
     def _release(self, claimed: Dict[int, _Request]) -> None:
         """Requests in no row now go to the pool (a preempted one comes
         back), their outputs to the corpus; the pool keeps the newest."""
-        if claimed == self.rows:  # (the states compare by identity)
-            return
         kept = {id(s) for s in claimed.values()}
         learned = False
         for state in self.rows.values():

@@ -218,6 +218,47 @@ def test_a_look_alike_request_is_caught_by_the_rolling_check():
     assert drafter.rows[0].tokens[:n].tolist() == b
 
 
+@pytest.mark.parametrize("where", [0, HEAD - 1, 4 * WINDOW - 2], ids=["head", "end-of-head", "tail"])
+def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
+    """The head and tail are checked every step, whichever window the
+    rolling check is at (here [WINDOW, 2 * WINDOW), away from both)."""
+    n = 4 * WINDOW
+    a = [i % 7 for i in range(n)]
+    tokens = np.zeros((1, n + 64), dtype=np.int32)
+    tokens[0, :n] = a
+    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    drafter.propose([[a[-1]]], np.array([n]), tokens)
+    drafter.propose([[a[-1]]], np.array([n]), tokens)  # the rolling check covered [0, WINDOW)
+    first = drafter.rows[0]
+    b = list(a)
+    b[where] = 9
+    tokens[0, :n] = b  # another request takes the row, as long
+    drafter.propose([[b[-1]]], np.array([n]), tokens)
+    assert drafter.rows[0] is not first
+    assert drafter.rows[0].tokens[:n].tolist() == b
+
+
+def test_the_rolling_window_moves_on_once_the_head_and_tail_match():
+    n = 4 * WINDOW
+    a = [i % 7 for i in range(n)]
+    tokens = np.zeros((1, n + 64), dtype=np.int32)
+    tokens[0, :n] = a
+    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    drafter.propose([[a[-1]]], np.array([n]), tokens)
+    state = drafter.rows[0]
+    assert state.seems(tokens, 0, n) and state.cursor == WINDOW
+    tokens[0, 0] = 9  # the head differs: the window stays
+    assert not state.seems(tokens, 0, n) and state.cursor == WINDOW
+    tokens[0, 0] = a[0]
+    tokens[0, WINDOW + 1] = 9  # the next window differs: it is checked, and passed
+    assert not state.seems(tokens, 0, n) and state.cursor == 2 * WINDOW
+    assert state.seems(tokens, 0, n) and state.cursor == 3 * WINDOW
+    assert state.seems(tokens, 0, n) and state.cursor == 4 * WINDOW
+    assert state.seems(tokens, 0, n) and state.cursor == WINDOW  # round again, from 0
+    assert not state.seems(tokens, 0, n) and state.cursor == 2 * WINDOW
+    assert state.seems(tokens, 0, WINDOW // 2) and state.cursor == WINDOW // 2  # a shorter row: its end
+
+
 def test_a_new_request_in_a_finished_ones_row_is_not_served_its_index():
     tokens = np.zeros((1, 100), dtype=np.int32)
     drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
@@ -427,3 +468,137 @@ def test_a_failure_inside_drafting_costs_a_step_its_drafts_not_the_engine(caplog
     assert "drafting failed" in caplog.text and drafter.num_requests == 0
     monkeypatch.undo()
     assert drafter.propose([[8]], np.array([9]), tokens) == [[9, 10, 11, 12]]
+
+
+# ------------------------------------------------ the row checks' C helper
+
+def test_first_unequal_span_names_the_first_span_that_differs():
+    a = np.arange(40, dtype=np.int32)
+    b = np.stack([np.full(40, -1, dtype=np.int32), a])  # a is row 1 of b: it starts at item 40
+    b[1, 20] = 99
+    f = _core._first_unequal_span
+    assert f(a, b, 40, 4, 0, 16, 30, 40) == 2  # both equal: the number of pairs
+    assert f(a, b, 40, 4, 0, 16, 18, 22, 30, 40) == 1  # [18, 22) holds the changed item
+    assert f(a, b, 40, 4, 18, 22, 0, 16) == 0
+    assert f(a, b, 0, 4, 0, 16) == 0  # row 0 is not a
+    assert f(a, b, 40, 4, 20, 20, 21, 40) == 2  # an empty span is equal
+    assert f(a, b, 40, 4) == 0  # no pairs
+    assert f(bytearray(a.tobytes()), memoryview(b), 40, 4, 0, 20) == 1
+    assert f(b"", bytearray(), 0, 4, 0, 0) == 1
+    assert f(a.tobytes(), b.tobytes(), 40, 4, 0, 20) == 1
+    assert f(a.tobytes(), b.tobytes(), 160, 1, 0, 80) == 1  # itemsize 1: byte offsets
+
+
+def test_first_unequal_span_agrees_with_slices():
+    rng = random.Random(3)
+    for _ in range(300):
+        size = rng.choice([1, 2, 4, 8])
+        a = bytes(rng.randrange(3) for _ in range(size * rng.randint(0, 12)))
+        b = bytes(rng.randrange(3) for _ in range(size * rng.randint(0, 24)))
+        na, nb = len(a) // size, len(b) // size
+        start = rng.randint(0, nb)
+        spans = []
+        for _ in range(rng.randint(0, 8)):
+            s = rng.randint(0, min(na, nb - start))
+            spans.append((s, rng.randint(s, min(na, nb - start))))
+        want = next((j for j, (s, e) in enumerate(spans)
+                     if a[s * size:e * size] != b[(start + s) * size:(start + e) * size]), len(spans))
+        assert _core._first_unequal_span(a, b, start, size, *[x for p in spans for x in p]) == want
+
+
+@pytest.mark.parametrize("args, error", [
+    ((b"abcd", b"abcd", 0, 1, 0, 5), ValueError),  # past a
+    ((b"abcd", b"abcdef", 3, 1, 0, 4), ValueError),  # past b from b_start
+    ((b"abcd", b"abcd", 0, 1, 3, 2), ValueError),  # stop before start
+    ((b"abcd", b"abcd", 0, 1, -1, 2), ValueError),
+    ((b"abcd", b"abcd", 5, 1, 0, 0), ValueError),  # b_start past b
+    ((b"abcd", b"abcd", -1, 1, 0, 1), ValueError),
+    ((b"abcd", b"abcd", 0, 0, 0, 1), ValueError),  # itemsize 0
+    ((b"abcd", b"abcd", 0, 2, 0, 3), ValueError),  # 3 items of 2 bytes: past both
+    ((b"abcd", b"abcd", 0, 1, 0), TypeError),  # a start without its stop
+    ((b"abcd", b"abcd", 0, 1) + (0, 1) * 9, TypeError),  # more than 8 pairs
+    ((b"abcd", b"abcd", 0), TypeError),
+    ((b"abcd", b"abcd", 0, 1, 0, 1.0), TypeError),
+    ((b"abcd", b"abcd", 0, 1, 0, np.int64(1)), TypeError),
+    (("abcd", b"abcd", 0, 1, 0, 1), TypeError),  # text: no buffer
+    ((b"abcd", np.zeros((4, 4), dtype=np.int32)[:, 1], 0, 1, 0, 1), (BufferError, ValueError)),  # strided
+])
+def test_first_unequal_span_refuses_bad_arguments(args, error):
+    with pytest.raises(error):
+        _core._first_unequal_span(*args)
+
+
+def test_first_unequal_span_checks_every_span_before_comparing():
+    # the first span differs, the second is out of range: the error, whatever the data
+    with pytest.raises(ValueError):
+        _core._first_unequal_span(b"ab", b"xb", 0, 1, 0, 1, 0, 3)
+
+
+# ------------------------------------------------ token arrays vLLM never passes
+
+def _wide(tokens):  # rows contiguous, the array not (a column slice of a wider one)
+    wide = np.full((tokens.shape[0], tokens.shape[1] + 5), -3, dtype=tokens.dtype)
+    wide[:, :tokens.shape[1]] = tokens
+    return wide[:, :tokens.shape[1]]
+
+
+@pytest.mark.parametrize("layout", [
+    np.asfortranarray, _wide, lambda t: t.astype(">i4"), lambda t: t.astype(np.int64),
+    lambda t: t.astype(np.uint16),
+    "alternating",  # int32 and int64 in turn: the states start afresh at each change
+], ids=["fortran", "wide", "big-endian", "int64", "uint16", "alternating"])
+def test_any_integer_token_array_drafts_as_the_reference(layout):
+    rng = random.Random(11)
+    batch = FakeBatch(3, 150, rng, 6)
+    drafter = Drafter(config(k=4, max_model_len=150, max_num_seqs=3, adaptive=False))
+    for step in range(40):
+        random_events(batch, rng, 3, 6)
+        sampled = batch.step()
+        if layout == "alternating":
+            tokens = batch.tokens.astype(np.int64) if step % 2 else batch.tokens
+        else:
+            tokens = layout(batch.tokens)
+        drafts = drafter.propose(sampled, batch.lengths, tokens)
+        for rid, draft in zip(batch.order, drafts):
+            batch.drafts[rid] = list(draft)
+        assert drafts == batch.reference(sampled, 4)
+
+
+@pytest.mark.parametrize("tokens, lengths", [
+    (np.zeros((1, 12), dtype=np.float32), [9]),  # not integer ids
+    (np.zeros(12, dtype=np.int32), [9]),  # not [rows, width]
+    ([[0] * 12], [9]),  # not an array
+    (np.zeros((1, 12), dtype=np.int32), [13]),  # a length past the row
+    (np.zeros((1, 12), dtype=np.int32), [-1]),
+])
+def test_a_bad_step_costs_its_drafts_and_the_next_drafts_again(tokens, lengths, caplog):
+    good = np.zeros((1, 12), dtype=np.int32)
+    good[0, :9] = [1, 7, 8, 9, 10, 11, 12, 7, 8]
+    drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
+    assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
+    with caplog.at_level(logging.ERROR, logger="pld"):
+        assert drafter.propose([[8]], np.array(lengths), tokens) == [[]]
+    assert "drafting failed" in caplog.text and drafter.num_requests == 0
+    assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
+
+
+def test_a_request_cut_below_its_head_is_found_again_after_a_move():
+    """Its key follows its head tokens down and back up (vLLM discarded
+    tokens, then others were accepted in their place)."""
+    tokens = np.zeros((2, 100), dtype=np.int32)
+    drafter = Drafter(config(k=3, max_model_len=100, adaptive=False))
+    seq = list(range(1, 21))
+    tokens[0, :20] = seq
+    drafter.propose([[20]], np.array([20]), tokens)
+    state = drafter.rows[0]
+    seq = seq[:HEAD - 6]
+    drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)
+    for t in range(30, 40):
+        seq.append(t)
+        tokens[0, len(seq) - 1] = t
+        drafter.propose([[t]], np.array([len(seq)]), tokens)
+    assert drafter.rows[0] is state and len(seq) > HEAD
+    tokens[1, :len(seq)] = seq  # moved to row 1; a new request prefills in row 0
+    tokens[0, :5] = [9, 9, 9, 9, 9]
+    drafter.propose([[], [seq[-1]]], np.array([5, len(seq)]), tokens)
+    assert drafter.rows[1] is state
