@@ -5,6 +5,7 @@ costs only time and a warning, never the model."""
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
@@ -96,6 +97,22 @@ def test_the_second_load_reads_the_cached_folder_and_gets_the_same_model(loads):
     _same_model(m1, m2)
     _same_tokenizer(t1, t2)
     assert t2.eos_token == "<|im_end|>"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the process's mappings (Linux)")
+def test_a_cached_model_holds_its_weights_in_its_own_memory(loads):
+    """Not in the mapping of the cached file: decoding from mapped weights
+    was measured slower (pld.models._in_own_memory)."""
+    (_, _), (model, _), _, folder, _ = loads
+    mapped = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            if len(parts) >= 6 and parts[5].startswith(str(folder)):
+                start, end = (int(x, 16) for x in parts[0].split("-"))
+                mapped.append((start, end))
+    inside = [n for n, p in model.named_parameters() if any(a <= p.data_ptr() < b for a, b in mapped)]
+    assert not inside, f"{len(inside)} weights read from the mapped cache file, e.g. {inside[:3]}"
 
 
 def test_the_key_changes_with_the_dtype_and_the_cache_can_be_turned_off(loads, monkeypatch):
