@@ -36,7 +36,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from . import accept_walk, drafts, forward_cost
+from . import accept_walk, forward_cost
 from .accept_walk import Picker, Walk, walk_row
 from .batch_inputs import ROW_WISE_PROCESSORS, in_batch, padded_sequences
 from .config import MAX_INDEX_TOKENS, MAX_TREE_WIDTH, DecodeConfig, check_size, eos_at
