@@ -218,15 +218,22 @@ def test_a_look_alike_request_is_caught_by_the_rolling_check():
     assert drafter.rows[0].tokens[:n].tolist() == b
 
 
-@pytest.mark.parametrize("where", [0, HEAD - 1, 4 * WINDOW - 2], ids=["head", "end-of-head", "tail"])
-def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
-    """The head and tail are checked every step, whichever window the
-    rolling check is at (here [WINDOW, 2 * WINDOW), away from both)."""
+def _periodic_row():
+    """A row of 4 * WINDOW tokens (0..6 repeating) in a token array with
+    room after it, and a drafter for it: (n, tokens as a list, the array,
+    the drafter)."""
     n = 4 * WINDOW
     a = [i % 7 for i in range(n)]
     tokens = np.zeros((1, n + 64), dtype=np.int32)
     tokens[0, :n] = a
-    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    return n, a, tokens, Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+
+
+@pytest.mark.parametrize("where", [0, HEAD - 1, 4 * WINDOW - 2], ids=["head", "end-of-head", "tail"])
+def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
+    """The head and tail are checked every step, whichever window the
+    rolling check is at (here [WINDOW, 2 * WINDOW), away from both)."""
+    n, a, tokens, drafter = _periodic_row()
     drafter.propose([[a[-1]]], np.array([n]), tokens)
     drafter.propose([[a[-1]]], np.array([n]), tokens)  # the rolling check covered [0, WINDOW)
     first = drafter.rows[0]
@@ -239,11 +246,7 @@ def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
 
 
 def test_the_rolling_window_moves_on_once_the_head_and_tail_match():
-    n = 4 * WINDOW
-    a = [i % 7 for i in range(n)]
-    tokens = np.zeros((1, n + 64), dtype=np.int32)
-    tokens[0, :n] = a
-    drafter = Drafter(config(k=4, max_model_len=n + 64, adaptive=False))
+    n, a, tokens, drafter = _periodic_row()
     drafter.propose([[a[-1]]], np.array([n]), tokens)
     state = drafter.rows[0]
     assert state.seems(tokens, 0, n) and state.cursor == WINDOW
