@@ -236,13 +236,7 @@ class Drafter:
             if tokens is not self._array or tokens.dtype is not self._dtype:
                 tokens = self._readable(tokens)
             width = tokens.shape[1]  # row i starts at flat index i * width
-            # Recognise: the rows whose state last seen there still matches
-            # (also a row with nothing sampled this step: a prefill in progress).
-            claimed: Dict[int, _Request] = {}
-            count = len(lengths)
-            for i, state in self.rows.items():
-                if i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]):
-                    claimed[i] = state
+            claimed = self._recognise(tokens, lengths, width)
             drafts = []
             max_len = self.options.max_model_len
             draft = self._draft
@@ -276,6 +270,16 @@ class Drafter:
             self.rows, self.keys, self.pool = {}, {}, OrderedDict()
             self._array = None
             return [[] for _ in sampled_token_ids]
+
+    def _recognise(self, tokens: np.ndarray, lengths: List[int], width: int) -> Dict[int, _Request]:
+        """The rows whose state last seen there still matches (also a row
+        with nothing sampled this step: a prefill in progress)."""
+        claimed: Dict[int, _Request] = {}
+        count = len(lengths)
+        for i, state in self.rows.items():
+            if i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]):
+                claimed[i] = state
+        return claimed
 
     def _readable(self, array: Any) -> np.ndarray:
         """The token array as the states read it: [rows, width] native
