@@ -12,6 +12,7 @@ the eos it wants explicitly.
 from __future__ import annotations
 
 import functools
+import os
 import random
 from typing import Any, List, Optional, Sequence
 
@@ -20,6 +21,11 @@ import pytest
 VOCAB = 80
 PAD = VOCAB - 1
 PROMPT_VOCAB = VOCAB - 2  # prompts use ids 0 .. VOCAB - 3
+
+# The device of the tests that can run elsewhere (the sampling laws, the
+# device draws, the CPU machinery's entry): the CPU unless PLD_TEST_DEVICE
+# names another (``PLD_TEST_DEVICE=cuda`` in .ci/gpu's device-tests part).
+DEVICE = os.environ.get("PLD_TEST_DEVICE", "cpu")
 
 ARCHS = ("llama", "gpt2")
 ALL_ARCHS = ARCHS + ("gpt2-untied",)

@@ -379,17 +379,19 @@ def test_sampling_keeps_the_first_tokens_law_torch_dtypes(dtype):
 def test_device_draws_are_the_c_draws(case):
     """pld.accept_walk.draws (the rule the loop uses off the CPU: every
     position's draw at once, then the C walk along them) gives C's tokens;
-    checked here on CPU tensors."""
+    on the tests' device (models_fixtures.DEVICE: CPU tensors unless
+    PLD_TEST_DEVICE names a GPU)."""
     torch = _torch()
+    from models_fixtures import DEVICE
     from pld import accept_walk
 
     tokens, parents, rows, u = case
     depths = [0] * (1 + len(tokens))
     for i, p in enumerate(parents):
         depths[1 + i] = depths[1 + p] + 1 if p >= 0 else 1
-    probs = torch.tensor(rows[:1 + len(tokens)], dtype=torch.float32)
+    probs = torch.tensor(rows[:1 + len(tokens)], dtype=torch.float32, device=DEVICE)
     choices = accept_walk.draws(probs, torch.tensor(u, dtype=torch.float64), depths)
-    assert pld.accept_greedy(tokens, choices, parents) == pld.accept_sample(tokens, probs, u, parents)
+    assert pld.accept_greedy(tokens, choices, parents) == pld.accept_sample(tokens, probs.cpu(), u, parents)
     probs[0, 0] = float("nan")
     assert accept_walk.draws(probs, torch.tensor(u, dtype=torch.float64), depths)[0] == -1
 

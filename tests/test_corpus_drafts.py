@@ -147,7 +147,7 @@ def test_joint_law_through_corpus_drafts():
     _, prompt, x, y = best
     corpus = pld.Corpus(max_tokens=64, min_ngram_size=1, max_ngram_size=2)
     corpus.add([6, a, b, x, y])
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     p1, joint = joint_law(model, prompt)
     N = 2000
     torch.manual_seed(2027)

@@ -171,6 +171,34 @@ def test_nothing_runs_for_a_model_on_a_gpu(mode, monkeypatch):
     assert inside == _NOTHING
 
 
+def test_a_whole_run_enters_the_machinery_only_on_the_cpu(monkeypatch):
+    """A whole ``pld.generate`` on the tests' device (models_fixtures.DEVICE:
+    the CPU unless PLD_TEST_DEVICE names a GPU), seen from inside every
+    forward. On the CPU the shared-heads switch is in place for the
+    decoding forwards (the positive control); anywhere else no probe of the machinery is called,
+    no layer is routed and transformers' switch is its own, and the tokens
+    are greedy's on that device."""
+    import pld
+
+    model = copy.deepcopy(mf.tiny_model("llama")).to(mf.DEVICE)
+    ids = mf.as_ids(mf.repeated_prompt(random.Random("machinery"), min_len=20)).to(mf.DEVICE)
+    expected = mf.greedy(model, ids, 16)
+    called = _spy_machinery(monkeypatch)
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args: seen.append(_untouched(model, [], [])))
+    try:
+        tokens = pld.generate(model, ids, max_new_tokens=16, prompt_lookup_num_tokens=4).new_tokens
+    finally:
+        hook.remove()
+    assert tokens == expected and seen
+    if torch.device(mf.DEVICE).type == "cpu":
+        # the probes' forwards come first; the decoding forwards run inside it
+        assert "_sdpa_module" in called and seen[-1]["patched"]
+    else:
+        assert called == [] and all(s == _NOTHING for s in seen)
+    assert _untouched(model, [], []) == _NOTHING
+
+
 @needs_onednn
 def test_the_adapter_enters_both_for_a_model_on_the_cpu(monkeypatch):
     """The positive control: on the CPU the adapter's kernels() routes the

@@ -97,7 +97,7 @@ def _stat_model():
     config = LlamaConfig(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                          num_attention_heads=4, num_key_value_heads=2, pad_token_id=V - 1,
                          bos_token_id=None, eos_token_id=None, initializer_range=0.3)
-    model = LlamaForCausalLM(config).eval()
+    model = LlamaForCausalLM(config).eval().to(mf.DEVICE)
     model.generation_config.eos_token_id = None
     return model
 
@@ -106,7 +106,7 @@ def _next_probs(model, tokens):
     import torch
 
     with torch.no_grad():
-        logits = model(torch.tensor([tokens])).logits[0, -1].double()
+        logits = model(torch.tensor([tokens], device=model.device)).logits[0, -1].double()
     return torch.softmax(logits / TEMPERATURE, dim=-1).tolist()
 
 
@@ -169,7 +169,7 @@ def test_joint_distribution_of_first_two_tokens():
 
     model = _stat_model()
     prompt = _prompt_with_likely_draft(model)
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     p1, joint = joint_law(model, prompt)
 
     N = 2000
@@ -200,7 +200,7 @@ def test_first_token_distribution_through_model_generate():
 
     model = _stat_model()
     prompt = _prompt_with_likely_draft(model)
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     p1 = _next_probs(model, prompt)
     N = 1500
     torch.manual_seed(77)

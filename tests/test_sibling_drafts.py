@@ -142,7 +142,7 @@ def test_joint_law_of_a_row_whose_drafts_come_from_its_sibling():
 
     model = _stat_model()
     prompt = _sibling_prompt(model)
-    ids = torch.tensor([prompt, prompt])
+    ids = torch.tensor([prompt, prompt], device=model.device)
     p1, joint = joint_law(model, prompt)
     N = 2000
     torch.manual_seed(2026)

@@ -43,7 +43,7 @@ def test_joint_distribution_of_first_two_tokens_through_a_tree():
 
     model = _stat_model()
     prompt, x, x2 = _branching_prompt(model)
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     p1, joint = joint_law(model, prompt)
 
     N = 2500

@@ -282,7 +282,7 @@ def test_joint_distribution_of_three_tokens_through_successor_nodes():
 
     N = 3000
     counts = Counter()
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=model.device)
     torch.manual_seed(7)
     Decoder.propose = spy
     try:
