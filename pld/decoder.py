@@ -267,6 +267,8 @@ class Decoder:
         """One forward over every row's pending tokens and node slots
         (``nodes`` tokens, local ``parents``, ``depths``; filler up to the
         widest row): logits [b, 1 + W, V]. Stages the block's slots."""
+        if self.prefill and not all(is_chain(p) for p in parents):
+            self._prefill_all_but_the_root()
         W = max(len(n) for n in nodes)
         pending = [row.pending() for row in self.rows]
         device = self.input_ids.device
@@ -286,6 +288,23 @@ class Decoder:
         else:
             mask = self._masks(pending, parents, W, positions)
         return self.model.forward_rows(ids, positions, mask, 1 + W)
+
+    def _prefill_all_but_the_root(self) -> None:
+        """The prompt but its last token into the cache, in one causal
+        forward with a 2D mask, so that a tree's first forward is as wide
+        as any step's (its 4D mask over the whole prompt would have P^2
+        entries: 4 GiB of float32 at 32k tokens). One row: a batch's
+        prefill drafts nothing."""
+        (row,) = self.rows
+        ids, positions, valid = row.pending()
+        n = ids.shape[1] - 1
+        if n <= 0:
+            return
+        T = self.slots.length
+        self.slots.stage(valid[:, :n], positions[:, :n])
+        self.model.forward_rows(ids[:, :n], positions[:, :n], self.slots.valid[:, :T + n].long(), 1)
+        self.slots.keep([list(range(n))], gather=True)
+        row.cached += n
 
     def _masks(self, pending: list, parents: List[List[int]], W: int, positions: torch.Tensor) -> Any:
         """The 4D mask(s): every query sees its row's valid cached slots,

@@ -78,6 +78,43 @@ def test_tree_accepts_more_than_one_token_a_step(arch):
     assert long_steps >= 3
 
 
+def test_a_first_step_tree_is_verified_with_no_prompt_wide_mask(monkeypatch):
+    """A row whose first step (the prefill) drafts a branching tree: the
+    prompt but its last token goes through one causal forward with a 2D
+    mask, then the tree through a mask of 1 + W queries, as at any step;
+    never a 4D mask as wide as the prompt (P^2 entries: 4 GiB of float32
+    at 32k tokens). Tokens are greedy's, with PLD_DEBUG_CACHE's check
+    after every step."""
+    from pld import hf_adapter
+    from pld.token_tree import is_chain
+
+    model = mf.tiny_model("llama")
+    rng = random.Random("prefill-tree")
+    queries, branched = [], 0
+    real = hf_adapter.TransformersAdapter.masks
+
+    def spy(self, allowed, key_positions, query_positions):
+        queries.append(allowed.shape[1])
+        return real(self, allowed, key_positions, query_positions)
+
+    monkeypatch.setattr(hf_adapter.TransformersAdapter, "masks", spy)
+    for _ in range(6):
+        ids = mf.as_ids([rng.randrange(mf.PROMPT_VOCAB) for _ in range(300)] + _branching_prompt(rng))
+        records = []
+        gen = _tree(model, ids, 24, prompt_lookup_num_tokens=5, tree_width=16, cost_aware=False,
+                    on_step=records.append)
+        assert gen.new_tokens == mf.greedy(model, ids, 24)
+        first = records[0]
+        branched += bool(first.chosen) and not is_chain(_local(first))
+    assert branched >= 3 and max(queries) <= 1 + 16, (branched, queries)
+
+
+def _local(record):
+    """A step record's chosen nodes' parents among them (-1: the root)."""
+    tree, chosen = record.tree, record.chosen
+    return [chosen.index(tree.parents[j]) if tree.parents[j] >= 0 else -1 for j in chosen]
+
+
 @pytest.mark.parametrize("arch", mf.ARCHS)
 def test_tree_left_padded_prompt(arch):
     import torch
