@@ -75,3 +75,42 @@ def test_acceptance_reads_vllms_per_request_metrics():
     done = types.SimpleNamespace(spec_decode_metrics=types.SimpleNamespace(histogram=[4, 2, 0, 3], num_draft_tokens=20))
     assert vb.acceptance(done) == {"accepted": 2.0 + 9.0, "draft_tokens": 20.0}
     assert vb.acceptance(types.SimpleNamespace(spec_decode_metrics=None)) == {"accepted": 0.0, "draft_tokens": 0.0}
+
+
+def test_the_stream_part_runs_six_categories_in_order_on_each_engine(monkeypatch, tmp_path):
+    """--parts stream: the first turns of the six categories, in stream
+    order, one request at a time on plain, pld and pld-corpus (the methods
+    rotating per item, each engine seeing every item in order); rows of
+    the whole stream again under stream:all; the summary has both."""
+    import json
+    import types
+
+    import transformers
+
+    data = tmp_path / "q.jsonl"
+    cats = ["writing", "translation", "summarization", "qa", "math_reasoning", "rag", "coding"]
+    with open(data, "w") as fh:
+        for i in range(21):
+            fh.write(json.dumps({"question_id": i, "category": cats[i % 7], "turns": [f"text {i}"]}) + "\n")
+    tokenizer = types.SimpleNamespace(
+        apply_chat_template=lambda messages, **kw: [int(messages[0]["content"].split()[1])])
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: tokenizer)
+    seen = {}
+    monkeypatch.setattr(vb, "start", lambda m, *a: m)
+    monkeypatch.setattr(vb, "timed_generate", lambda llm, batch, n: (
+        seen.setdefault(llm, []).append(batch[0][0]) or
+        {"seconds": 1.0, "tokens": 10, "outputs": [[1]], "accepted": 5.0 if llm == "pld-corpus" else 2.0,
+         "draft_tokens": 8.0}))
+    args = types.SimpleNamespace(model="folder", data=str(data), stream_limit=2, skip=0, k=10, kv_cache_bytes=1,
+                                 max_new_tokens=8, methods="plain,ngram,pld,pld-corpus")
+    rows = vb.stream_runs(args)
+    # mt_bench (writing, coding), translation, summarization, qa, math_reasoning, rag: 2 each, in that order
+    order = [0, 6, 1, 8, 2, 9, 3, 10, 4, 11, 5, 12]
+    assert seen == {"plain": order, "pld": order, "pld-corpus": order}
+    summary = vb.summarize(rows, ["plain", "pld", "pld-corpus"])
+    tasks = {s["task"] for s in summary}
+    assert tasks == {f"stream:{c}" for c in ("mt_bench", "translation", "summarization", "qa", "math_reasoning",
+                                             "rag", "all")}
+    whole = {s["method"]: s for s in summary if s["task"] == "stream:all"}
+    assert whole["pld-corpus"]["tokens_per_forward"] == pytest.approx(120 / 60)
+    assert whole["pld"]["tokens_per_forward"] == pytest.approx(120 / 96)

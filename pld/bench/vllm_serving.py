@@ -10,6 +10,11 @@ Parts (``--parts``):
            and the methods alternating per prompt (per batch); tokens
            per forward from vLLM's per-request spec-decode metrics;
            outputs compared with plain's.
+  stream   Spec-Bench's six categories as one stream of requests, one
+           at a time and in order (pld.bench.corpus_stream's stream,
+           ``--stream-limit`` a category): plain, pld's drafter with the
+           prompt only and with a corpus that learns from every finished
+           request; tokens per forward per category and over the stream.
   drafter  the drafter's own time per step at 1k-32k tokens of context:
            pld's (extend by the tokens accepted, recognise the row, look
            up) against vLLM's NgramProposer.propose on the same arrays.
@@ -40,7 +45,8 @@ CONTEXTS = (1024, 4096, 16384, 32768)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--parts", default="drafter,engine", help="drafter, engine (default both)")
+    p.add_argument("--parts", default="drafter,engine", help="drafter, engine, stream (default drafter,engine)")
+    p.add_argument("--stream-limit", type=int, default=3, help="stream: prompts a category (default 3)")
     p.add_argument("--model", default="", help="a model folder vLLM loads (default: the embedded model, exported)")
     p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "pld", "smollm2-hf"),
                    help="where the embedded model is exported once")
@@ -167,6 +173,12 @@ def model_folder(args: argparse.Namespace) -> str:
     return args.model_cache
 
 
+def _chat_ids(tokenizer: Any, text: str) -> List[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                        return_dict=False)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
 def prompts_by_task(args: argparse.Namespace, model: str) -> Dict[str, List[List[int]]]:
     """Token ids (chat template applied) of --limit Spec-Bench prompts per
     task, after --skip."""
@@ -179,10 +191,21 @@ def prompts_by_task(args: argparse.Namespace, model: str) -> Dict[str, List[List
     found = load("spec-bench", tasks, args.limit, args.data or default_spec_bench(), args.skip)
     out: Dict[str, List[List[int]]] = {t: [] for t in tasks}
     for prompt in found:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt.turns[0]}],
-                                            add_generation_prompt=True, return_dict=False)
-        out[prompt.task].append(list(ids["input_ids"] if hasattr(ids, "keys") else ids))
+        out[prompt.task].append(_chat_ids(tokenizer, prompt.turns[0]))
     return out
+
+
+def stream_items(args: argparse.Namespace, model: str) -> List[Any]:
+    """(``stream:<category>``, 1, [ids]) of the six-category stream, in
+    order: --stream-limit first turns a category after --skip."""
+    from transformers import AutoTokenizer
+
+    from .corpus_stream import stream
+    from .tasks import default_spec_bench
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    calls = stream(args.data or default_spec_bench(), args.stream_limit, args.skip)
+    return [(f"stream:{category}", 1, [_chat_ids(tokenizer, text)]) for category, _, text in calls]
 
 
 def available(methods: Sequence[str]) -> List[str]:
@@ -203,24 +226,39 @@ def available(methods: Sequence[str]) -> List[str]:
 def engine_runs(args: argparse.Namespace) -> List[Dict[str, Any]]:
     """Every method on every prompt (one at a time) and on batches of
     --concurrency prompts, the methods' order rotating per item."""
-    from tqdm import tqdm
-
     model = model_folder(args)
     prompts = prompts_by_task(args, model)
-    methods = available(args.methods.split(","))
-    engines = {m: start(m, model, args.k, args.kv_cache_bytes) for m in methods}
     items = [(task, 1, [p]) for task, ps in prompts.items() for p in ps[:args.single]]
     if args.concurrency > 1:
         items += [(task, len(ps[i:i + args.concurrency]), ps[i:i + args.concurrency])
                   for task, ps in prompts.items() for i in range(0, len(ps), args.concurrency)]
+    return run_items(args, model, available(args.methods.split(",")), items)
+
+
+def stream_runs(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """The stream part: plain, pld and pld-corpus (those of --methods) on
+    the six-category stream in order; rows of the whole stream repeated
+    under the task ``stream:all``."""
+    model = model_folder(args)
+    methods = [m for m in available(args.methods.split(",")) if m in ("plain", "pld", "pld-corpus")]
+    rows = run_items(args, model, methods, stream_items(args, model), start_item=1_000_000)
+    return rows + [{**r, "task": "stream:all"} for r in rows]
+
+
+def run_items(args: argparse.Namespace, model: str, methods: List[str], items: List[Any],
+              start_item: int = 0) -> List[Dict[str, Any]]:
+    """Each (task, requests at once, prompts) item on every method's engine,
+    items in order, the methods' order rotating per item."""
+    from tqdm import tqdm
+
+    engines = {m: start(m, model, args.k, args.kv_cache_bytes) for m in methods}
     rows = []
     for n, (task, at_once, batch) in enumerate(tqdm(items, desc="vllm bench")):
         order = methods[n % len(methods):] + methods[:n % len(methods)]
         for m in order:
             r = timed_generate(engines[m], batch, args.max_new_tokens)
-            rows.append({"task": task, "concurrency": at_once, "item": n, "method": m, **r})
-    for llm in engines.values():
-        del llm
+            rows.append({"task": task, "concurrency": at_once, "item": start_item + n, "method": m, **r})
+    engines.clear()
     gc.collect()
     return rows
 
@@ -280,6 +318,8 @@ def caption(args: argparse.Namespace) -> str:
             f"{args.model or 'SmolLM2-135M-Instruct (embedded, exported)'}, float32, greedy, k={args.k}, "
             f"<= {args.max_new_tokens} new tokens; Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} "
             f"({args.single} of them one at a time), methods alternating; "
+            + (f"stream: Spec-Bench's six categories, {args.stream_limit} a category, in order; "
+               if "stream" in args.parts.split(",") else "") +
             f"torch {torch.__version__}, pld {pld.__version__}, Python {platform.python_version()}")
 
 
@@ -311,10 +351,10 @@ def plot(summary: List[Dict[str, Any]], path: str, title_caption: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     parts = set(args.parts.split(","))
-    if parts - {"drafter", "engine"}:
-        raise ValueError(f"--parts: expected drafter and/or engine, got {args.parts!r}")
+    if parts - {"drafter", "engine", "stream"}:
+        raise ValueError(f"--parts: expected drafter, engine and/or stream, got {args.parts!r}")
     drafter = drafter_times(args.k) if "drafter" in parts else []
-    rows = engine_runs(args) if "engine" in parts else []
+    rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
     summary = summarize(rows, [m for m in METHODS if any(r["method"] == m for r in rows)])
     text = table(summary, drafter, caption(args))
     report.save(args.out, text, {"summary": summary, "drafter": drafter,
