@@ -314,13 +314,16 @@ def caption(args: argparse.Namespace) -> str:
 
     import pld
 
+    parts = args.parts.split(",")
     return (f"vLLM {vllm.__version__} on {report._cpu_name()}, {os.cpu_count()} cores; model "
             f"{args.model or 'SmolLM2-135M-Instruct (embedded, exported)'}, float32, greedy, k={args.k}, "
-            f"<= {args.max_new_tokens} new tokens; Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} "
-            f"({args.single} of them one at a time), methods alternating; "
-            + (f"stream: Spec-Bench's six categories, {args.stream_limit} a category, in order; "
-               if "stream" in args.parts.split(",") else "") +
-            f"torch {torch.__version__}, pld {pld.__version__}, Python {platform.python_version()}")
+            f"<= {args.max_new_tokens} new tokens; "
+            + (f"Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} ({args.single} of them one at a "
+               "time); " if "engine" in parts else "")
+            + (f"stream: Spec-Bench's six categories, {args.stream_limit} a category after {args.skip}, in order; "
+               if "stream" in parts else "")
+            + f"methods alternating; torch {torch.__version__}, pld {pld.__version__}, "
+            f"Python {platform.python_version()}")
 
 
 def plot(summary: List[Dict[str, Any]], path: str, title_caption: str) -> None:
