@@ -5,7 +5,7 @@ import sys
 
 
 def main() -> int:
-    commands = {"demo": "pld.demo", "bench": "pld.bench.__main__", "export-model": "pld.export_model"}
+    commands = {"demo": "pld.bench.demo", "bench": "pld.bench.__main__", "export-model": "pld.export_model"}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         print(__doc__.strip(), file=sys.stderr)
         return 2

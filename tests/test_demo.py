@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pld import demo
+from pld.bench import demo
 
 
 def test_the_verdict_is_the_median_of_the_pairs_with_the_plain_runs_spread():

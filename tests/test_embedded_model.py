@@ -66,7 +66,7 @@ def test_pld_generate_equals_greedy(embedded, name, prompt, monkeypatch):
     import torch
 
     import pld
-    from pld import demo
+    from pld.bench import demo
     from pld import loop
 
     model, tokenizer = embedded
@@ -92,7 +92,7 @@ def test_stop_strings(embedded):
     import torch
 
     import pld
-    from pld import demo
+    from pld.bench import demo
 
     model, tokenizer = embedded
     name, prompt = PROMPTS[0]

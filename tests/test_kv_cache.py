@@ -425,7 +425,7 @@ def embedded(one_thread):  # noqa: F811 - load on one thread too
 
 
 def test_embedded_model_greedy_tokens(embedded):
-    from pld import demo
+    from pld.bench import demo
     from pld.kv_cache import OwnedCache, cache_for
 
     model, tokenizer = embedded

@@ -24,7 +24,7 @@ def default_prompt() -> str:
 
 
 def build_input_ids(tokenizer: Any, prompt: str) -> Any:
-    from .models import chat_template_ids
+    from ..models import chat_template_ids
 
     ids = chat_template_ids(tokenizer, [{"role": "user", "content": prompt}])
     return ids if ids is not None else tokenizer(prompt, return_tensors="pt").input_ids
@@ -67,7 +67,7 @@ def verdict(plain_seconds, lookup_seconds, n_plain: int, n_lookup: int) -> dict:
 
 
 def _sources() -> dict:
-    from .drafts import describe
+    from ..drafts import describe
 
     return describe()
 
@@ -116,7 +116,7 @@ def _print_setup(args: argparse.Namespace, input_ids: Any) -> None:
     import transformers
 
     import pld
-    from . import models
+    from .. import models
 
     name = args.model or models.EMBEDDED_NAME
     print(f"model: {name} | {args.dtype} | CPU threads {torch.get_num_threads()} | "
@@ -229,8 +229,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     import torch
 
-    from . import models
-    from .cpu_kernels import LinearKernel
+    from .. import models
+    from ..cpu_kernels import LinearKernel
 
     torch.manual_seed(args.seed)
     model, tokenizer = models.load(args.model, dtype=args.dtype)
