@@ -452,26 +452,19 @@ def local_parents(tree: TokenTree, chosen: Sequence[int]) -> List[int]:
     return [where[tree.parents[j]] if tree.parents[j] >= 0 else -1 for j in chosen]
 
 
-def block_visibility(pending_valid: Sequence[bool], parents: Sequence[int], width: int) -> torch.Tensor:
-    """Which of a step's new tokens each new token sees: bool [P + width,
-    P + width] for P pending tokens (``pending_valid``: False for padding,
-    which no token sees) and ``width`` node slots, the first
+def block_visibility(parents: Sequence[int], width: int, root_valid: bool = True) -> torch.Tensor:
+    """Which of a step's new tokens each new token sees: bool [1 + width,
+    1 + width] for the pending token (the root; ``root_valid`` False: a
+    padding token, which no token sees) and ``width`` node slots, the first
     ``len(parents)`` of them a row's chosen nodes (``parents`` local, -1:
-    the root), the rest filler. Pending tokens see the pending tokens
-    before them; a node sees the pending tokens, its ancestors and itself;
-    filler sees the pending tokens and itself."""
-    p = len(pending_valid)
-    q = p + width
-    seen = torch.zeros((q, q), dtype=torch.bool)
-    seen[:p, :p] = torch.ones((p, p), dtype=torch.bool).tril()
-    seen[p:, :p] = True
-    nodes = seen[p:, p:]
+    the root), the rest filler. A node sees the root, its ancestors and
+    itself; filler sees the root and itself. (A step after the prefill has
+    one pending token: the prefill of a tree is causal, pld.decoder.)"""
+    seen = torch.eye(1 + width, dtype=torch.bool)
     for i, parent in enumerate(parents):
         if parent >= 0:
-            nodes[i] = nodes[parent]
-        nodes[i, i] = True
-    nodes.fill_diagonal_(True)  # (and every filler slot itself)
-    seen[:, :p] &= torch.tensor(list(pending_valid), dtype=torch.bool)[None]
+            seen[1 + i] |= seen[1 + parent]
+    seen[:, 0] = root_valid
     return seen
 
 
