@@ -58,6 +58,7 @@ without it, with a warning.
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
 import json
 import logging
@@ -65,10 +66,11 @@ import math
 import operator
 import os
 import re
+import secrets
+import shutil
 import stat
 import struct
 import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
@@ -443,12 +445,14 @@ class Corpus:
                  _pack(tokens, header["token_bytes"], signed=True)]
         for p in parts:
             digest.update(p)
-        folder = os.path.dirname(os.path.abspath(path))
-        mode = _file_mode(path)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        folder, name = os.path.split(os.path.abspath(path))
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp")
+        # created 0666 less the umask, as any new file; one it replaces keeps its mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:
-            _chmod(fd, tmp, mode)  # (mkstemp makes it 0600)
             with os.fdopen(fd, "wb") as f:
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copymode(path, tmp)
                 for p in parts:
                     f.write(p)
                 f.write(digest.digest())
@@ -705,41 +709,6 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     if len(data) != info.st_size:
         raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")
     return data
-
-
-def _file_mode(path: str) -> int:
-    """The mode a saved file gets: the one it replaces keeps its own; a
-    new one gets 0666 less the umask."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return 0o666 & ~_umask()
-
-
-_UMASK_LOCK = threading.Lock()
-
-
-def _umask() -> int:
-    """The process's umask: from /proc where there is one, else by setting
-    it and putting it back (under a lock: no other thread of pld's sets it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:
-        old = os.umask(0o022)
-        os.umask(old)
-    return old
-
-
-def _chmod(fd: int, path: str, mode: int) -> None:
-    if hasattr(os, "fchmod"):
-        os.fchmod(fd, mode)
-    else:  # pragma: no cover - Windows
-        os.chmod(path, mode)
 
 
 class _Header:
