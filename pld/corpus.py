@@ -78,6 +78,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core, _renamed
 from .acceptance_buckets import LAYOUT, is_bucket
+from .config import check_size
 
 __all__ = ["Corpus", "tokenizer_fingerprint", "MAGIC", "VERSION"]
 
@@ -123,20 +124,6 @@ def _ids(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(int(v) for v in value)
     return None if value is None else int(value)
-
-
-def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
-    """value as an int in [lo, hi] (anything with __index__; bool and float
-    are not ints here)."""
-    if isinstance(value, (bool, float)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
-    return int(value)
 
 
 def _signature(value: Any, name: str = "signature") -> Tuple:
@@ -197,10 +184,10 @@ class Corpus:
     def __init__(self, max_tokens: int = 1 << 24, *, min_ngram_size: int = 2, max_ngram_size: int = 4,
                  segments: int = 4, fingerprint: Optional[str] = None,
                  seed: Optional[int] = None) -> None:
-        max_tokens = _int_arg("max_tokens", max_tokens, 1, _core.CORPUS_MAX_TOKENS)
-        min_ngram_size = _int_arg("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
-        max_ngram_size = _int_arg("max_ngram_size", max_ngram_size, 1, _core.MAX_NGRAM)
-        segments = _int_arg("segments", segments, 1, _core.CORPUS_MAX_SEGMENTS)
+        max_tokens = check_size("max_tokens", max_tokens, 1, _core.CORPUS_MAX_TOKENS)
+        min_ngram_size = check_size("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
+        max_ngram_size = check_size("max_ngram_size", max_ngram_size, 1, _core.MAX_NGRAM)
+        segments = check_size("segments", segments, 1, _core.CORPUS_MAX_SEGMENTS)
         if min_ngram_size > max_ngram_size:
             raise ValueError(f"min_ngram_size ({min_ngram_size}) must not exceed "
                              f"max_ngram_size ({max_ngram_size})")
@@ -208,7 +195,7 @@ class Corpus:
             raise TypeError(f"fingerprint must be a str or None, got {type(fingerprint).__name__}")
         fingerprint = None if fingerprint is None else _exact_str(fingerprint)
         if seed is not None:
-            seed = _int_arg("seed", seed, 0, (1 << 64) - 1)
+            seed = check_size("seed", seed, 0, (1 << 64) - 1)
         self._core = _core.Corpus(max_tokens, min_ngram_size, max_ngram_size, segments, seed)
         self._lock = threading.Lock()  # the binding, the fingerprint, the evicted base
         self._vocab_size: Optional[int] = None
@@ -376,7 +363,7 @@ class Corpus:
         corpus refuses to add ids >= the first vocab_size. Ids alone cannot
         tell apart two tokenizers with the same vocabulary size and special
         ids: see :meth:`check_fingerprint`."""
-        vocab_size = _int_arg("vocab_size", vocab_size, 1, (1 << 63) - 1)
+        vocab_size = check_size("vocab_size", vocab_size, 1, (1 << 63) - 1)
         signature = _signature(signature)  # plain values: compared under the lock
         with self._lock:
             if self._signature is not None and signature != self._signature:
