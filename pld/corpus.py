@@ -541,19 +541,28 @@ class _FileSettings:
 
     @classmethod
     def of(cls, header: dict, bad: Callable[[str], ValueError]) -> "_FileSettings":
-        h = _Header(header, bad)
-        max_tokens = h.int("max_tokens", 1, _core.CORPUS_MAX_TOKENS)
-        min_ngram = h.int("min_ngram", 1, _core.MAX_NGRAM)
-        max_ngram = h.int("max_ngram", min_ngram, _core.MAX_NGRAM)
-        segments = h.int("segments", 1, _core.CORPUS_MAX_SEGMENTS)
-        n_seq = h.int("n_sequences", 0, max_tokens)
-        n_tok = h.int("n_tokens", n_seq, max_tokens)
-        tb = h.int("token_bytes", 4, 8)
+        def number(name: str, lo: int, hi: int) -> int:
+            if name not in header:
+                raise bad(f"the header has no {name}")
+            v = header[name]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise bad(f"{name} must be an integer, got {v!r}")
+            if not lo <= v <= hi:
+                raise bad(f"{name} = {v} is outside [{lo}, {hi}]")
+            return v
+
+        max_tokens = number("max_tokens", 1, _core.CORPUS_MAX_TOKENS)
+        min_ngram = number("min_ngram", 1, _core.MAX_NGRAM)
+        max_ngram = number("max_ngram", min_ngram, _core.MAX_NGRAM)
+        segments = number("segments", 1, _core.CORPUS_MAX_SEGMENTS)
+        n_seq = number("n_sequences", 0, max_tokens)
+        n_tok = number("n_tokens", n_seq, max_tokens)
+        tb = number("token_bytes", 4, 8)
         if tb not in (4, 8):
             raise bad(f"token_bytes must be 4 or 8, got {tb}")
-        used = h.int("segments_used", 0, segments)
-        evicted = h.int("evicted", 0, (1 << 64) - 1)
-        vocab = None if header.get("vocab_size") is None else h.int("vocab_size", 1, (1 << 63) - 1)
+        used = number("segments_used", 0, segments)
+        evicted = number("evicted", 0, (1 << 64) - 1)
+        vocab = None if header.get("vocab_size") is None else number("vocab_size", 1, (1 << 63) - 1)
         try:
             sig = None if header.get("signature") is None else _signature(header["signature"])
         except TypeError as e:
@@ -615,10 +624,6 @@ def _short(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _is_count(v: Any) -> bool:
-    return _count(v) is not None
-
-
 def _counts(name: str, counts: Any) -> Dict[Tuple[int, ...], float]:
     """``counts`` (a dict of bucket -> count) as a new dict of plain tuples
     and floats; TypeError or ValueError naming ``name`` otherwise."""
@@ -656,7 +661,7 @@ def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]
         key, (h, t) = tuple(entry[:len(LAYOUT)]), entry[len(LAYOUT):]
         if not is_bucket(key) or key in out:
             raise bad(f"trust bucket {list(key)!r} is not a bucket, or comes twice")
-        if not (_is_count(h) and _is_count(t)) \
+        if _count(h) is None or _count(t) is None \
                 or not 0.0 <= h <= t <= TRUST_WINDOW or t <= 0.0:
             raise bad(f"trust bucket {list(key)!r}: hits {h!r} and trials {t!r} must satisfy "
                       f"0 <= hits <= trials <= {TRUST_WINDOW:g}, trials > 0")
@@ -696,23 +701,6 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     if len(data) != info.st_size:
         raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")
     return data
-
-
-class _Header:
-    """Typed reads of a loaded header's fields, refusals naming the file."""
-
-    def __init__(self, header: dict, bad) -> None:
-        self.header, self.bad = header, bad
-
-    def int(self, name: str, lo: int, hi: int) -> int:
-        if name not in self.header:
-            raise self.bad(f"the header has no {name}")
-        v = self.header[name]
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.bad(f"{name} must be an integer, got {v!r}")
-        if not lo <= v <= hi:
-            raise self.bad(f"{name} = {v} is outside [{lo}, {hi}]")
-        return v
 
 
 def _typecode(size: int, signed: bool) -> str:
