@@ -215,22 +215,20 @@ def within_vocabulary(tree: TokenTree, vocab: Optional[int]) -> TokenTree:
     is None: unknown)."""
     if vocab is None or all(0 <= t < vocab for t in tree.tokens):
         return tree
-    new_index: List[int] = []
-    kept: List[int] = []
-    for j, (t, p) in enumerate(zip(tree.tokens, tree.parents)):
-        ok = 0 <= t < vocab and (p < 0 or new_index[p] >= 0)
-        new_index.append(len(kept) if ok else -1)
-        if ok:
-            kept.append(j)
-    out = TokenTree([tree.tokens[j] for j in kept],
-                    [-1 if tree.parents[j] < 0 else new_index[tree.parents[j]] for j in kept],
-                    [tree.depths[j] for j in kept], [tree.ngrams[j] for j in kept],
-                    [tree.supports[j] for j in kept])
-    if tree.agreement is not None:
-        out.agreement = [tree.agreement[j] for j in kept]
-    if tree.origins is not None:
-        out.origins = [tree.origins[j] for j in kept]
-    return out
+    ok: List[bool] = []
+    for t, p in zip(tree.tokens, tree.parents):
+        ok.append(0 <= t < vocab and (p < 0 or ok[p]))
+    return subtree(tree, [j for j, keep in enumerate(ok) if keep])
+
+
+def subtree(tree: TokenTree, kept: Sequence[int]) -> TokenTree:
+    """The nodes ``kept`` of ``tree`` (creation order, each node's parent
+    among them), with their features, as a tree of their own."""
+    def pick(values: Optional[List[int]]) -> Optional[List[int]]:
+        return None if values is None else [values[j] for j in kept]
+
+    return TokenTree(pick(tree.tokens), local_parents(tree, kept), pick(tree.depths), pick(tree.ngrams),
+                     pick(tree.supports), pick(tree.agreement), pick(tree.origins))
 
 
 def origins_of(tree: TokenTree) -> List[int]:

@@ -397,16 +397,13 @@ def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
 
 def best_chain(tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int],
                ngrams: Sequence[int], supports: Sequence[int]) -> List[int]:
-    """The path of a draft trie (Corpus.propose_tree's result) that follows
-    the most supported child at each node (the first on ties)."""
-    children: Dict[int, List[int]] = {}
-    for node, parent in enumerate(parents):
-        children.setdefault(parent, []).append(node)
-    chain, at = [], -1
-    while at in children:
-        at = max(children[at], key=lambda node: supports[node])
-        chain.append(tokens[at])
-    return chain
+    """The tokens of the path of a draft trie (Corpus.propose_tree's result)
+    that follows the most supported child at each node (the first on ties):
+    pld.drafts.base.best_chain."""
+    from .drafts.base import best_chain as best
+    from .token_tree import TokenTree
+
+    return best(TokenTree(tokens, parents, depths, ngrams, supports)).tokens
 
 
 def _open_corpus(options: DrafterOptions, model: Any) -> Any:
