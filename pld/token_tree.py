@@ -25,6 +25,8 @@ along the model's own choices (pld.accept_walk).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -286,9 +288,7 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
 
 def _bucket(ngram: int, support: int, depth: int, agreement: int = UNKNOWN, origin: int = ROW
             ) -> Tuple[int, int, int, int, int]:
-    d = 0
-    while d < len(DEPTH_EDGES) and depth > DEPTH_EDGES[d]:
-        d += 1
+    d = bisect.bisect_left(DEPTH_EDGES, depth)  # the edges below depth
     return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d, agreement, origin)
 
 
@@ -300,15 +300,11 @@ class AcceptanceModel:
     def __init__(self, prior_weight: float = PRIOR_WEIGHT, prior=PRIOR) -> None:
         self.hits: Dict[Tuple[int, int, int, int, int], float] = {}
         self.trials: Dict[Tuple[int, int, int, int, int], float] = {}
-        for n in range(NGRAM_BUCKETS):
-            for s in range(SUPPORT_BUCKETS):
-                for d in range(len(DEPTH_EDGES) + 1):
-                    for a in range(AGREEMENT_BUCKETS):
-                        for o in range(ORIGINS):
-                            b = (n, s, d, a, o)
-                            self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
-                            self.trials[b] = prior_weight
-
+        for b in itertools.product(range(NGRAM_BUCKETS), range(SUPPORT_BUCKETS), range(len(DEPTH_EDGES) + 1),
+                                   range(AGREEMENT_BUCKETS), range(ORIGINS)):
+            n, s, d, a, _ = b
+            self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
+            self.trials[b] = prior_weight
         self.predicted = SCALE_WEIGHT
         self.accepted = SCALE_WEIGHT * PRIOR_SCALE
 
