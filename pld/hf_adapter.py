@@ -36,7 +36,7 @@ import torch
 from .attention_masks import layer_masks
 from .config import eos_ids
 from .cpu_kernels import cpu_kernels
-from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
+from .kv_cache import FULL, OwnedCache, attention_layout, dynamic_cache, no_dynamic_cache_reason
 
 #: The keyword a model's forward may take its KV cache under (5.24 and
 #: later: ``cache``; before: ``past_key_values``).
@@ -170,7 +170,7 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
     order = _named_first(model)
     for name in order:
         for keep in (True, False):
-            cache = _model_cache(model)
+            cache = dynamic_cache(model)
             inputs = {**base, name: cache, **({"logits_to_keep": 1} if keep else {})}
             try:
                 out = model(**inputs)
@@ -184,16 +184,6 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
                 break  # this keyword is not the cache's
             return name, keep and out.logits.shape[1] == 1, getattr(cache, "is_croppable", True)
     return None, False, False
-
-
-def _model_cache(model: Any) -> Any:
-    """An empty cache as transformers lays it out for the model."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except Exception:  # noqa: BLE001 - a config transformers cannot read: its default cache
-        return DynamicCache()
 
 
 #: Probe logits agree when they differ by at most this share of the

@@ -430,8 +430,13 @@ def cache_for(model: Any, capacity: int = DEFAULT_CAPACITY, keep_sliding: bool =
     if reason is None:
         return OwnedCache(capacity, config=model.config, keep_sliding=keep_sliding)
     logger.info("pld: using transformers' DynamicCache for %s: %s", type(model).__name__, reason)
-    config = getattr(model, "config", None)
+    return dynamic_cache(model)
+
+
+def dynamic_cache(model: Any) -> DynamicCache:
+    """An empty ``DynamicCache`` as transformers lays it out for ``model``
+    (its default where it cannot read the model's config)."""
     try:
-        return DynamicCache(config=config)
+        return DynamicCache(config=getattr(model, "config", None))
     except Exception:  # noqa: BLE001 - as transformers would without a config
         return DynamicCache()
