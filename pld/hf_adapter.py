@@ -34,9 +34,10 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from .attention_masks import layer_masks
+from .batch_inputs import check_left_padded
 from .config import eos_ids
 from .cpu_kernels import cpu_kernels
-from .kv_cache import FULL, OwnedCache, attention_layout, dynamic_cache, no_dynamic_cache_reason
+from .kv_cache import FULL, OwnedCache, attention_layout, cache_for, dynamic_cache, no_dynamic_cache_reason
 
 #: The keyword a model's forward may take its KV cache under (5.24 and
 #: later: ``cache``; before: ``past_key_values``).
@@ -295,8 +296,6 @@ def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cac
     the inputs are malformed; a warning where it serves them another
     exact way (a batch's rows one at a time; linear drafts where
     ``trees`` -- the sources draft trees -- cannot be verified exactly)."""
-    from .batch_inputs import check_left_padded
-
     traits = model_traits(model)
     if traits.reason is not None:
         raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {traits.reason}")
@@ -336,7 +335,6 @@ def _loop_cache(model: Any, batch: int, prompt_len: int, config: Any) -> Any:
     room for the prompt, the first stretch of output and a draft or two (it
     doubles as the output grows); sliding-window layers kept whole, since
     the masks apply the windows and a crop never loses a state."""
-    from .kv_cache import cache_for
     from .row_state import INITIAL_NEW_TOKENS
 
     draft = config.prompt_lookup_num_tokens + 1
