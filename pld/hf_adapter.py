@@ -93,7 +93,8 @@ def cache_blocker(model: Any) -> Optional[str]:
 # --------------------------------------------------------------- probing
 
 def _probe(model: Any) -> ModelTraits:
-    reason = _static_reason(model)
+    reason = ("it is an encoder-decoder model" if getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+              else no_dynamic_cache_reason(model))
     if reason is not None:
         return ModelTraits(None, False, reason, reason)
     ids = _probe_ids(model)
@@ -119,12 +120,6 @@ def _probe(model: Any) -> ModelTraits:
             masks_reason = f"its forward() does not take pld's 4D attention masks ({_describe(error)})"
         traits = ModelTraits(argument, keep, None, masks_reason, traits.kinds)
     return traits
-
-
-def _static_reason(model: Any) -> Optional[str]:
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
-        return "it is an encoder-decoder model"
-    return no_dynamic_cache_reason(model)
 
 
 def _describe(error: BaseException) -> str:
@@ -200,8 +195,8 @@ def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Op
     2), then e with x left as a hole, then e again after the path c d is
     gathered; then a left-padded batch of two rows at their own
     positions."""
-    model = adapter.model
-    reference = adapter.forward_rows(ids[:, :5], _positions(0, 5, ids), torch.ones_like(ids[:, :5]), 5,
+    model, at = adapter.model, torch.arange(5, device=ids.device)[None]  # a..e's positions
+    reference = adapter.forward_rows(ids[:, :5], at, torch.ones_like(ids[:, :5]), 5,
                                      cache=_fresh_cache(model))[0]
     tolerance = PROBE_TOLERANCE.get(reference.dtype, HALF_TOLERANCE) * max(1.0, float(reference.abs().max()))
 
@@ -209,7 +204,7 @@ def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Op
         return bool((got.float() - reference[rows].float()).abs().max() > tolerance)
 
     adapter.cache, adapter.cached = _fresh_cache(model), 0
-    adapter.forward_rows(ids[:, :2], _positions(0, 2, ids), torch.ones_like(ids[:, :2]), 1)
+    adapter.forward_rows(ids[:, :2], at[:, :2], torch.ones_like(ids[:, :2]), 1)
     a, b, c, d, e, x = ids[0].tolist()
     tree = torch.tensor([[x, c, d]], device=ids.device)
     tree_positions = torch.tensor([[2, 2, 3]], device=ids.device)
@@ -230,7 +225,7 @@ def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Op
     adapter.keep_cache(3, [1, 2])
     seen = torch.ones((1, 1, 5), dtype=torch.bool, device=ids.device)
     got = adapter.forward_rows(ids[:, 4:5], e_position,
-                               adapter.masks(seen, torch.arange(5, device=ids.device)[None], e_position), 1)
+                               adapter.masks(seen, at, e_position), 1)
     if differs(got[0], slice(4, 5)):
         return "a gathered tree path changes the logits of the tokens after it"
     return _check_padded_batch(adapter, ids, differs)
@@ -253,10 +248,6 @@ def _check_padded_batch(adapter: "TransformersAdapter", ids: torch.Tensor, diffe
     if differs(got[0], slice(4, 5)) or differs(got[1], slice(3, 4)):
         return "a left-padded row gets other logits than the row alone (its positions follow the padding)"
     return None
-
-
-def _positions(start: int, end: int, ids: torch.Tensor) -> torch.Tensor:
-    return torch.arange(start, end, device=ids.device)[None]
 
 
 def _fresh_cache(model: Any) -> Any:
