@@ -60,6 +60,7 @@ from __future__ import annotations
 import array
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -250,11 +251,8 @@ class Corpus:
     def sequences(self) -> List[List[int]]:
         """Every sequence held, oldest first (one consistent snapshot)."""
         tokens, lengths = self._snapshot()
-        out, at = [], 0
-        for n in lengths:
-            out.append(tokens[at:at + n].tolist())
-            at += n
-        return out
+        ends = list(itertools.accumulate(lengths))
+        return [tokens[a:b].tolist() for a, b in zip([0] + ends[:-1], ends)]
 
     def clear(self) -> None:
         """Drop every sequence (they do not count as evicted); the settings,
@@ -477,10 +475,9 @@ class Corpus:
         del data
         corpus = cls(f.max_tokens, min_ngram_size=f.min_ngram, max_ngram_size=f.max_ngram,
                      segments=f.segments, fingerprint=f.fingerprint, seed=seed)
-        view, at = memoryview(tokens), 0
-        for n in lengths:
-            corpus._core.add(view[at:at + n])
-            at += n
+        view, ends = memoryview(tokens), list(itertools.accumulate(lengths))
+        for a, b in zip([0] + ends[:-1], ends):
+            corpus._core.add(view[a:b])
         if (len(corpus) != f.n_tokens or corpus.num_sequences != f.n_sequences
                 or corpus._core.segments_used != f.segments_used):
             raise bad("the sequences do not fit the corpus's bounds")
