@@ -58,17 +58,20 @@ without it, with a warning.
 from __future__ import annotations
 
 import array
+import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import math
 import operator
 import os
 import re
+import secrets
+import shutil
 import stat
 import struct
 import sys
-import tempfile
 import threading
 import warnings
 from dataclasses import dataclass
@@ -76,6 +79,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import _core, _renamed
 from .acceptance_buckets import LAYOUT, is_bucket
+from .config import check_size
 
 __all__ = ["Corpus", "tokenizer_fingerprint", "MAGIC", "VERSION"]
 
@@ -121,20 +125,6 @@ def _ids(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(int(v) for v in value)
     return None if value is None else int(value)
-
-
-def _int_arg(name: str, value: Any, lo: int, hi: int) -> int:
-    """value as an int in [lo, hi] (anything with __index__; bool and float
-    are not ints here)."""
-    if isinstance(value, (bool, float)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}") from None
-    if not lo <= value <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
-    return int(value)
 
 
 def _signature(value: Any, name: str = "signature") -> Tuple:
@@ -195,10 +185,10 @@ class Corpus:
     def __init__(self, max_tokens: int = 1 << 24, *, min_ngram_size: int = 2, max_ngram_size: int = 4,
                  segments: int = 4, fingerprint: Optional[str] = None,
                  seed: Optional[int] = None) -> None:
-        max_tokens = _int_arg("max_tokens", max_tokens, 1, _core.CORPUS_MAX_TOKENS)
-        min_ngram_size = _int_arg("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
-        max_ngram_size = _int_arg("max_ngram_size", max_ngram_size, 1, _core.MAX_NGRAM)
-        segments = _int_arg("segments", segments, 1, _core.CORPUS_MAX_SEGMENTS)
+        max_tokens = check_size("max_tokens", max_tokens, 1, _core.CORPUS_MAX_TOKENS)
+        min_ngram_size = check_size("min_ngram_size", min_ngram_size, 1, _core.MAX_NGRAM)
+        max_ngram_size = check_size("max_ngram_size", max_ngram_size, 1, _core.MAX_NGRAM)
+        segments = check_size("segments", segments, 1, _core.CORPUS_MAX_SEGMENTS)
         if min_ngram_size > max_ngram_size:
             raise ValueError(f"min_ngram_size ({min_ngram_size}) must not exceed "
                              f"max_ngram_size ({max_ngram_size})")
@@ -206,7 +196,7 @@ class Corpus:
             raise TypeError(f"fingerprint must be a str or None, got {type(fingerprint).__name__}")
         fingerprint = None if fingerprint is None else _exact_str(fingerprint)
         if seed is not None:
-            seed = _int_arg("seed", seed, 0, (1 << 64) - 1)
+            seed = check_size("seed", seed, 0, (1 << 64) - 1)
         self._core = _core.Corpus(max_tokens, min_ngram_size, max_ngram_size, segments, seed)
         self._lock = threading.Lock()  # the binding, the fingerprint, the evicted base
         self._vocab_size: Optional[int] = None
@@ -261,11 +251,8 @@ class Corpus:
     def sequences(self) -> List[List[int]]:
         """Every sequence held, oldest first (one consistent snapshot)."""
         tokens, lengths = self._snapshot()
-        out, at = [], 0
-        for n in lengths:
-            out.append(tokens[at:at + n].tolist())
-            at += n
-        return out
+        ends = list(itertools.accumulate(lengths))
+        return [tokens[a:b].tolist() for a, b in zip([0] + ends[:-1], ends)]
 
     def clear(self) -> None:
         """Drop every sequence (they do not count as evicted); the settings,
@@ -374,7 +361,7 @@ class Corpus:
         corpus refuses to add ids >= the first vocab_size. Ids alone cannot
         tell apart two tokenizers with the same vocabulary size and special
         ids: see :meth:`check_fingerprint`."""
-        vocab_size = _int_arg("vocab_size", vocab_size, 1, (1 << 63) - 1)
+        vocab_size = check_size("vocab_size", vocab_size, 1, (1 << 63) - 1)
         signature = _signature(signature)  # plain values: compared under the lock
         with self._lock:
             if self._signature is not None and signature != self._signature:
@@ -443,12 +430,14 @@ class Corpus:
                  _pack(tokens, header["token_bytes"], signed=True)]
         for p in parts:
             digest.update(p)
-        folder = os.path.dirname(os.path.abspath(path))
-        mode = _file_mode(path)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
+        folder, name = os.path.split(os.path.abspath(path))
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp")
+        # created 0666 less the umask, as any new file; one it replaces keeps its mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:
-            _chmod(fd, tmp, mode)  # (mkstemp makes it 0600)
             with os.fdopen(fd, "wb") as f:
+                with contextlib.suppress(FileNotFoundError):
+                    shutil.copymode(path, tmp)
                 for p in parts:
                     f.write(p)
                 f.write(digest.digest())
@@ -486,10 +475,9 @@ class Corpus:
         del data
         corpus = cls(f.max_tokens, min_ngram_size=f.min_ngram, max_ngram_size=f.max_ngram,
                      segments=f.segments, fingerprint=f.fingerprint, seed=seed)
-        view, at = memoryview(tokens), 0
-        for n in lengths:
-            corpus._core.add(view[at:at + n])
-            at += n
+        view, ends = memoryview(tokens), list(itertools.accumulate(lengths))
+        for a, b in zip([0] + ends[:-1], ends):
+            corpus._core.add(view[a:b])
         if (len(corpus) != f.n_tokens or corpus.num_sequences != f.n_sequences
                 or corpus._core.segments_used != f.segments_used):
             raise bad("the sequences do not fit the corpus's bounds")
@@ -550,19 +538,28 @@ class _FileSettings:
 
     @classmethod
     def of(cls, header: dict, bad: Callable[[str], ValueError]) -> "_FileSettings":
-        h = _Header(header, bad)
-        max_tokens = h.int("max_tokens", 1, _core.CORPUS_MAX_TOKENS)
-        min_ngram = h.int("min_ngram", 1, _core.MAX_NGRAM)
-        max_ngram = h.int("max_ngram", min_ngram, _core.MAX_NGRAM)
-        segments = h.int("segments", 1, _core.CORPUS_MAX_SEGMENTS)
-        n_seq = h.int("n_sequences", 0, max_tokens)
-        n_tok = h.int("n_tokens", n_seq, max_tokens)
-        tb = h.int("token_bytes", 4, 8)
+        def number(name: str, lo: int, hi: int) -> int:
+            if name not in header:
+                raise bad(f"the header has no {name}")
+            v = header[name]
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise bad(f"{name} must be an integer, got {v!r}")
+            if not lo <= v <= hi:
+                raise bad(f"{name} = {v} is outside [{lo}, {hi}]")
+            return v
+
+        max_tokens = number("max_tokens", 1, _core.CORPUS_MAX_TOKENS)
+        min_ngram = number("min_ngram", 1, _core.MAX_NGRAM)
+        max_ngram = number("max_ngram", min_ngram, _core.MAX_NGRAM)
+        segments = number("segments", 1, _core.CORPUS_MAX_SEGMENTS)
+        n_seq = number("n_sequences", 0, max_tokens)
+        n_tok = number("n_tokens", n_seq, max_tokens)
+        tb = number("token_bytes", 4, 8)
         if tb not in (4, 8):
             raise bad(f"token_bytes must be 4 or 8, got {tb}")
-        used = h.int("segments_used", 0, segments)
-        evicted = h.int("evicted", 0, (1 << 64) - 1)
-        vocab = None if header.get("vocab_size") is None else h.int("vocab_size", 1, (1 << 63) - 1)
+        used = number("segments_used", 0, segments)
+        evicted = number("evicted", 0, (1 << 64) - 1)
+        vocab = None if header.get("vocab_size") is None else number("vocab_size", 1, (1 << 63) - 1)
         try:
             sig = None if header.get("signature") is None else _signature(header["signature"])
         except TypeError as e:
@@ -624,10 +621,6 @@ def _short(v: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _is_count(v: Any) -> bool:
-    return _count(v) is not None
-
-
 def _counts(name: str, counts: Any) -> Dict[Tuple[int, ...], float]:
     """``counts`` (a dict of bucket -> count) as a new dict of plain tuples
     and floats; TypeError or ValueError naming ``name`` otherwise."""
@@ -665,7 +658,7 @@ def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]
         key, (h, t) = tuple(entry[:len(LAYOUT)]), entry[len(LAYOUT):]
         if not is_bucket(key) or key in out:
             raise bad(f"trust bucket {list(key)!r} is not a bucket, or comes twice")
-        if not (_is_count(h) and _is_count(t)) \
+        if _count(h) is None or _count(t) is None \
                 or not 0.0 <= h <= t <= TRUST_WINDOW or t <= 0.0:
             raise bad(f"trust bucket {list(key)!r}: hits {h!r} and trials {t!r} must satisfy "
                       f"0 <= hits <= trials <= {TRUST_WINDOW:g}, trials > 0")
@@ -705,58 +698,6 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     if len(data) != info.st_size:
         raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")
     return data
-
-
-def _file_mode(path: str) -> int:
-    """The mode a saved file gets: the one it replaces keeps its own; a
-    new one gets 0666 less the umask."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return 0o666 & ~_umask()
-
-
-_UMASK_LOCK = threading.Lock()
-
-
-def _umask() -> int:
-    """The process's umask: from /proc where there is one, else by setting
-    it and putting it back (under a lock: no other thread of pld's sets it)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:
-        old = os.umask(0o022)
-        os.umask(old)
-    return old
-
-
-def _chmod(fd: int, path: str, mode: int) -> None:
-    if hasattr(os, "fchmod"):
-        os.fchmod(fd, mode)
-    else:  # pragma: no cover - Windows
-        os.chmod(path, mode)
-
-
-class _Header:
-    """Typed reads of a loaded header's fields, refusals naming the file."""
-
-    def __init__(self, header: dict, bad) -> None:
-        self.header, self.bad = header, bad
-
-    def int(self, name: str, lo: int, hi: int) -> int:
-        if name not in self.header:
-            raise self.bad(f"the header has no {name}")
-        v = self.header[name]
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise self.bad(f"{name} must be an integer, got {v!r}")
-        if not lo <= v <= hi:
-            raise self.bad(f"{name} = {v} is outside [{lo}, {hi}]")
-        return v
 
 
 def _typecode(size: int, signed: bool) -> str:

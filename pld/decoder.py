@@ -308,10 +308,11 @@ class Decoder:
 
     def _masks(self, pending: list, parents: List[List[int]], W: int, positions: torch.Tensor) -> Any:
         """The 4D mask(s): every query sees its row's valid cached slots,
-        then the block as pld.token_tree.block_visibility says."""
+        then the block as pld.token_tree.block_visibility says (one pending
+        token a row: a tree's prefill ran causally, a batch's drafts nothing)."""
         T = self.slots.length
         b, q = positions.shape
-        block = torch.stack([block_visibility(p[2][0].tolist(), par, W) for p, par in zip(pending, parents)])
+        block = torch.stack([block_visibility(par, W, bool(p[2][0, 0])) for p, par in zip(pending, parents)])
         allowed = torch.cat([self.slots.valid[:, None, :T].expand(b, q, T), block.to(positions.device)], dim=2)
         keys = torch.cat([self.slots.positions[:, :T], positions], dim=1)
         return self.model.masks(allowed, keys, positions)

@@ -42,9 +42,8 @@ class ForwardCost:
     between widths and extended past the widest one along its last slope."""
 
     def __init__(self, widths: Sequence[int], seconds: Sequence[float]) -> None:
-        if len(widths) != len(seconds) or not widths or widths[0] != 1:
-            raise ValueError("widths: expected increasing widths from 1, one time each")
-        if any(b <= a for a, b in zip(widths, widths[1:])):
+        if (len(widths) != len(seconds) or not widths or widths[0] != 1
+                or any(b <= a for a, b in zip(widths, widths[1:]))):
             raise ValueError("widths: expected increasing widths from 1, one time each")
         if any(not s > 0 for s in seconds):
             raise ValueError("seconds: every time must be positive")

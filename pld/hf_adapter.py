@@ -34,9 +34,10 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from .attention_masks import layer_masks
+from .batch_inputs import check_left_padded
 from .config import eos_ids
 from .cpu_kernels import cpu_kernels
-from .kv_cache import FULL, OwnedCache, attention_layout, no_dynamic_cache_reason
+from .kv_cache import FULL, OwnedCache, attention_layout, cache_for, dynamic_cache, no_dynamic_cache_reason
 
 #: The keyword a model's forward may take its KV cache under (5.24 and
 #: later: ``cache``; before: ``past_key_values``).
@@ -92,7 +93,8 @@ def cache_blocker(model: Any) -> Optional[str]:
 # --------------------------------------------------------------- probing
 
 def _probe(model: Any) -> ModelTraits:
-    reason = _static_reason(model)
+    reason = ("it is an encoder-decoder model" if getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+              else no_dynamic_cache_reason(model))
     if reason is not None:
         return ModelTraits(None, False, reason, reason)
     ids = _probe_ids(model)
@@ -118,12 +120,6 @@ def _probe(model: Any) -> ModelTraits:
             masks_reason = f"its forward() does not take pld's 4D attention masks ({_describe(error)})"
         traits = ModelTraits(argument, keep, None, masks_reason, traits.kinds)
     return traits
-
-
-def _static_reason(model: Any) -> Optional[str]:
-    if getattr(getattr(model, "config", None), "is_encoder_decoder", False):
-        return "it is an encoder-decoder model"
-    return no_dynamic_cache_reason(model)
 
 
 def _describe(error: BaseException) -> str:
@@ -170,7 +166,7 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
     order = _named_first(model)
     for name in order:
         for keep in (True, False):
-            cache = _model_cache(model)
+            cache = dynamic_cache(model)
             inputs = {**base, name: cache, **({"logits_to_keep": 1} if keep else {})}
             try:
                 out = model(**inputs)
@@ -186,16 +182,6 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
     return None, False, False
 
 
-def _model_cache(model: Any) -> Any:
-    """An empty cache as transformers lays it out for the model."""
-    from transformers import DynamicCache
-
-    try:
-        return DynamicCache(config=model.config)
-    except Exception:  # noqa: BLE001 - a config transformers cannot read: its default cache
-        return DynamicCache()
-
-
 #: Probe logits agree when they differ by at most this share of the
 #: largest logit (float32; half precision rounds a wider forward otherwise).
 PROBE_TOLERANCE = {torch.float32: 1e-3, torch.float64: 1e-6}
@@ -209,8 +195,8 @@ def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Op
     2), then e with x left as a hole, then e again after the path c d is
     gathered; then a left-padded batch of two rows at their own
     positions."""
-    model = adapter.model
-    reference = adapter.forward_rows(ids[:, :5], _positions(0, 5, ids), torch.ones_like(ids[:, :5]), 5,
+    model, at = adapter.model, torch.arange(5, device=ids.device)[None]  # a..e's positions
+    reference = adapter.forward_rows(ids[:, :5], at, torch.ones_like(ids[:, :5]), 5,
                                      cache=_fresh_cache(model))[0]
     tolerance = PROBE_TOLERANCE.get(reference.dtype, HALF_TOLERANCE) * max(1.0, float(reference.abs().max()))
 
@@ -218,7 +204,7 @@ def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Op
         return bool((got.float() - reference[rows].float()).abs().max() > tolerance)
 
     adapter.cache, adapter.cached = _fresh_cache(model), 0
-    adapter.forward_rows(ids[:, :2], _positions(0, 2, ids), torch.ones_like(ids[:, :2]), 1)
+    adapter.forward_rows(ids[:, :2], at[:, :2], torch.ones_like(ids[:, :2]), 1)
     a, b, c, d, e, x = ids[0].tolist()
     tree = torch.tensor([[x, c, d]], device=ids.device)
     tree_positions = torch.tensor([[2, 2, 3]], device=ids.device)
@@ -239,7 +225,7 @@ def _check_custom_masks(adapter: "TransformersAdapter", ids: torch.Tensor) -> Op
     adapter.keep_cache(3, [1, 2])
     seen = torch.ones((1, 1, 5), dtype=torch.bool, device=ids.device)
     got = adapter.forward_rows(ids[:, 4:5], e_position,
-                               adapter.masks(seen, torch.arange(5, device=ids.device)[None], e_position), 1)
+                               adapter.masks(seen, at, e_position), 1)
     if differs(got[0], slice(4, 5)):
         return "a gathered tree path changes the logits of the tokens after it"
     return _check_padded_batch(adapter, ids, differs)
@@ -262,10 +248,6 @@ def _check_padded_batch(adapter: "TransformersAdapter", ids: torch.Tensor, diffe
     if differs(got[0], slice(4, 5)) or differs(got[1], slice(3, 4)):
         return "a left-padded row gets other logits than the row alone (its positions follow the padding)"
     return None
-
-
-def _positions(start: int, end: int, ids: torch.Tensor) -> torch.Tensor:
-    return torch.arange(start, end, device=ids.device)[None]
 
 
 def _fresh_cache(model: Any) -> Any:
@@ -305,8 +287,6 @@ def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cac
     the inputs are malformed; a warning where it serves them another
     exact way (a batch's rows one at a time; linear drafts where
     ``trees`` -- the sources draft trees -- cannot be verified exactly)."""
-    from .batch_inputs import check_left_padded
-
     traits = model_traits(model)
     if traits.reason is not None:
         raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {traits.reason}")
@@ -346,7 +326,6 @@ def _loop_cache(model: Any, batch: int, prompt_len: int, config: Any) -> Any:
     room for the prompt, the first stretch of output and a draft or two (it
     doubles as the output grows); sliding-window layers kept whole, since
     the masks apply the windows and a crop never loses a state."""
-    from .kv_cache import cache_for
     from .row_state import INITIAL_NEW_TOKENS
 
     draft = config.prompt_lookup_num_tokens + 1

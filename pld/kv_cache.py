@@ -35,12 +35,8 @@ Contracts:
   ``keep_last`` rewrites slots in place).
 * It is an inference cache: use it under ``torch.no_grad()`` (writes into a
   buffer are in-place, which autograd would refuse for tensors it saved).
-* All rows of a batch have one length. Per-row lengths (rows that accept
-  different numbers of tokens in a batched step) are future work: the int
-  length would become a ``[batch]`` tensor, ``update`` would write each row
-  at its own offset, ``keep_last`` would take per-row indices, and
-  ``get_mask_sizes`` would report the longest row while the caller masks the
-  others' unused slots. Nothing of that is built.
+* All rows of a batch have one length (what a row did not keep is a hole
+  its mask hides: pld.slot_table).
 * Anything that assigns ``layer.keys`` / ``layer.values`` (transformers'
   beam reordering, ``batch_select_indices``, offloading) hands the layer a
   new tensor: the layer adopts it as its buffer, never writes into it (the
@@ -430,8 +426,13 @@ def cache_for(model: Any, capacity: int = DEFAULT_CAPACITY, keep_sliding: bool =
     if reason is None:
         return OwnedCache(capacity, config=model.config, keep_sliding=keep_sliding)
     logger.info("pld: using transformers' DynamicCache for %s: %s", type(model).__name__, reason)
-    config = getattr(model, "config", None)
+    return dynamic_cache(model)
+
+
+def dynamic_cache(model: Any) -> DynamicCache:
+    """An empty ``DynamicCache`` as transformers lays it out for ``model``
+    (its default where it cannot read the model's config)."""
     try:
-        return DynamicCache(config=config)
+        return DynamicCache(config=getattr(model, "config", None))
     except Exception:  # noqa: BLE001 - as transformers would without a config
         return DynamicCache()

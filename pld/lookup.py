@@ -14,10 +14,6 @@ from . import _core
 Semantics = str  # "seed" or "transformers"
 
 
-def _is_torch_tensor(obj: Any) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "device")
-
-
 def _numpy_row(obj: Any) -> Any:
     """A NumPy array's only row: the array itself, or its row when it is
     [1, L] (np.matrix's row is [1, L] again, which the core refuses); None
@@ -56,7 +52,7 @@ def find_candidate_pred_tokens(
     makes one that is not). Returns the same kind: a 1-D int64 tensor on the
     input's device, a NumPy array, or a list; empty when nothing matches.
     """
-    if _is_torch_tensor(input_ids):
+    if type(input_ids).__module__.startswith("torch") and hasattr(input_ids, "device"):
         if input_ids.device.type == "meta":
             raise ValueError("input_ids: a tensor on the meta device holds no ids")
         host = input_ids if input_ids.device.type == "cpu" else input_ids.cpu()

@@ -17,7 +17,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _renamed, drafts
-from .batch_inputs import check_left_padded
+from .batch_inputs import check_left_padded, in_batch, padded_sequences
 from .config import DecodeConfig
 from .decoder import Decoder, LoopResult, LoopStats, StepRecord, source_names
 from .hf_adapter import TransformersAdapter, decide
@@ -131,8 +131,6 @@ def _rows_one_at_a_time(model: Any, input_ids: torch.Tensor, serving: Any, proce
     """The batch's rows, each by :func:`run` with its left padding (as
     batched generate shows a row to processors and criteria); the
     processors set up for the whole batch see each row at its index."""
-    from .batch_inputs import in_batch, padded_sequences
-
     B, L = input_ids.shape
     new: List[List[int]] = []
     stats = LoopStats()

@@ -12,10 +12,6 @@ _ANSI_RESET = "\033[0m"
 _HTML = ["#d62728", "#2ca02c", "#1f77b4", "#9467bd"]
 
 
-def _in_notebook() -> bool:
-    return "ipykernel" in sys.modules
-
-
 def step_texts(tokenizer: Any, steps: Sequence[Sequence[int]]) -> List[str]:
     """The text each step added, decoded on the running sequence so that
     characters split across steps come out whole."""
@@ -30,7 +26,7 @@ def step_texts(tokenizer: Any, steps: Sequence[Sequence[int]]) -> List[str]:
 
 def render_steps(tokenizer: Any, steps: Sequence[Sequence[int]], mode: str = "auto") -> str:
     if mode == "auto":
-        mode = "html" if _in_notebook() else ("ansi" if sys.stdout.isatty() else "plain")
+        mode = "html" if "ipykernel" in sys.modules else ("ansi" if sys.stdout.isatty() else "plain")
     if mode not in ("ansi", "html", "plain"):
         raise ValueError(f"mode must be 'auto', 'ansi', 'html' or 'plain', got {mode!r}")
     parts, colour = [], 0

@@ -36,10 +36,6 @@ class SlotTable:
         self.valid = torch.zeros((rows, capacity), dtype=torch.bool, device=device)
         self.positions = torch.zeros((rows, capacity), dtype=torch.long, device=device)
 
-    @property
-    def rows(self) -> int:
-        return self.valid.shape[0]
-
     def stage(self, valid: torch.Tensor, positions: torch.Tensor) -> None:
         """Write a step's block ([b, q]) after the slots in use (not yet kept)."""
         end = self.length + valid.shape[1]
@@ -62,7 +58,7 @@ class SlotTable:
             self.positions[:, start:start + m] = self.positions[:, index]
         else:
             m = max((o[-1] + 1 for o in kept if len(o)), default=0)
-            keep = torch.zeros((self.rows, m), dtype=torch.bool)
+            keep = torch.zeros((self.valid.shape[0], m), dtype=torch.bool)
             for r, offsets in enumerate(kept):
                 keep[r, list(offsets)] = True
             self.valid[:, start:start + m] &= keep.to(self.valid.device)

@@ -25,6 +25,8 @@ along the model's own choices (pld.accept_walk).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -215,22 +217,20 @@ def within_vocabulary(tree: TokenTree, vocab: Optional[int]) -> TokenTree:
     is None: unknown)."""
     if vocab is None or all(0 <= t < vocab for t in tree.tokens):
         return tree
-    new_index: List[int] = []
-    kept: List[int] = []
-    for j, (t, p) in enumerate(zip(tree.tokens, tree.parents)):
-        ok = 0 <= t < vocab and (p < 0 or new_index[p] >= 0)
-        new_index.append(len(kept) if ok else -1)
-        if ok:
-            kept.append(j)
-    out = TokenTree([tree.tokens[j] for j in kept],
-                    [-1 if tree.parents[j] < 0 else new_index[tree.parents[j]] for j in kept],
-                    [tree.depths[j] for j in kept], [tree.ngrams[j] for j in kept],
-                    [tree.supports[j] for j in kept])
-    if tree.agreement is not None:
-        out.agreement = [tree.agreement[j] for j in kept]
-    if tree.origins is not None:
-        out.origins = [tree.origins[j] for j in kept]
-    return out
+    ok: List[bool] = []
+    for t, p in zip(tree.tokens, tree.parents):
+        ok.append(0 <= t < vocab and (p < 0 or ok[p]))
+    return subtree(tree, [j for j, keep in enumerate(ok) if keep])
+
+
+def subtree(tree: TokenTree, kept: Sequence[int]) -> TokenTree:
+    """The nodes ``kept`` of ``tree`` (creation order, each node's parent
+    among them), with their features, as a tree of their own."""
+    def pick(values: Optional[List[int]]) -> Optional[List[int]]:
+        return None if values is None else [values[j] for j in kept]
+
+    return TokenTree(pick(tree.tokens), local_parents(tree, kept), pick(tree.depths), pick(tree.ngrams),
+                     pick(tree.supports), pick(tree.agreement), pick(tree.origins))
 
 
 def origins_of(tree: TokenTree) -> List[int]:
@@ -288,9 +288,7 @@ def graft(tree: TokenTree, root_token: int, successors, shape: Sequence[int], ma
 
 def _bucket(ngram: int, support: int, depth: int, agreement: int = UNKNOWN, origin: int = ROW
             ) -> Tuple[int, int, int, int, int]:
-    d = 0
-    while d < len(DEPTH_EDGES) and depth > DEPTH_EDGES[d]:
-        d += 1
+    d = bisect.bisect_left(DEPTH_EDGES, depth)  # the edges below depth
     return (min(ngram, NGRAM_BUCKETS - 1), min(support, SUPPORT_BUCKETS) - 1, d, agreement, origin)
 
 
@@ -302,15 +300,11 @@ class AcceptanceModel:
     def __init__(self, prior_weight: float = PRIOR_WEIGHT, prior=PRIOR) -> None:
         self.hits: Dict[Tuple[int, int, int, int, int], float] = {}
         self.trials: Dict[Tuple[int, int, int, int, int], float] = {}
-        for n in range(NGRAM_BUCKETS):
-            for s in range(SUPPORT_BUCKETS):
-                for d in range(len(DEPTH_EDGES) + 1):
-                    for a in range(AGREEMENT_BUCKETS):
-                        for o in range(ORIGINS):
-                            b = (n, s, d, a, o)
-                            self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
-                            self.trials[b] = prior_weight
-
+        for b in itertools.product(range(NGRAM_BUCKETS), range(SUPPORT_BUCKETS), range(len(DEPTH_EDGES) + 1),
+                                   range(AGREEMENT_BUCKETS), range(ORIGINS)):
+            n, s, d, a, _ = b
+            self.hits[b] = min(MAX_PROBABILITY, prior[n][s][d][a]) * prior_weight
+            self.trials[b] = prior_weight
         self.predicted = SCALE_WEIGHT
         self.accepted = SCALE_WEIGHT * PRIOR_SCALE
 
@@ -452,26 +446,19 @@ def local_parents(tree: TokenTree, chosen: Sequence[int]) -> List[int]:
     return [where[tree.parents[j]] if tree.parents[j] >= 0 else -1 for j in chosen]
 
 
-def block_visibility(pending_valid: Sequence[bool], parents: Sequence[int], width: int) -> torch.Tensor:
-    """Which of a step's new tokens each new token sees: bool [P + width,
-    P + width] for P pending tokens (``pending_valid``: False for padding,
-    which no token sees) and ``width`` node slots, the first
+def block_visibility(parents: Sequence[int], width: int, root_valid: bool = True) -> torch.Tensor:
+    """Which of a step's new tokens each new token sees: bool [1 + width,
+    1 + width] for the pending token (the root; ``root_valid`` False: a
+    padding token, which no token sees) and ``width`` node slots, the first
     ``len(parents)`` of them a row's chosen nodes (``parents`` local, -1:
-    the root), the rest filler. Pending tokens see the pending tokens
-    before them; a node sees the pending tokens, its ancestors and itself;
-    filler sees the pending tokens and itself."""
-    p = len(pending_valid)
-    q = p + width
-    seen = torch.zeros((q, q), dtype=torch.bool)
-    seen[:p, :p] = torch.ones((p, p), dtype=torch.bool).tril()
-    seen[p:, :p] = True
-    nodes = seen[p:, p:]
+    the root), the rest filler. A node sees the root, its ancestors and
+    itself; filler sees the root and itself. (A step after the prefill has
+    one pending token: the prefill of a tree is causal, pld.decoder.)"""
+    seen = torch.eye(1 + width, dtype=torch.bool)
     for i, parent in enumerate(parents):
         if parent >= 0:
-            nodes[i] = nodes[parent]
-        nodes[i, i] = True
-    nodes.fill_diagonal_(True)  # (and every filler slot itself)
-    seen[:, :p] &= torch.tensor(list(pending_valid), dtype=torch.bool)[None]
+            seen[1 + i] |= seen[1 + parent]
+    seen[:, 0] = root_valid
     return seen
 
 

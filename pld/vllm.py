@@ -46,6 +46,7 @@ import numpy as np
 
 from . import _core
 from ._core import _first_unequal_span
+from .config import check_size
 from .draft_length import DraftLength
 
 logger = logging.getLogger("pld")
@@ -68,10 +69,10 @@ class DrafterOptions:
         unknown = sorted(set(raw) - OPTIONS)
         if unknown:
             raise ValueError(f"additional_config['pld']: unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
-        self.k = _int("num_speculative_tokens", k, 1, _core.MAX_DRAFT)
-        self.max_model_len = _int("max_model_len", max_model_len, 1, 1 << 40)
-        self.min_n = _int("prompt_lookup_min", raw.get("prompt_lookup_min", 1), 1, _core.MAX_NGRAM)
-        self.max_n = _int("prompt_lookup_max", raw.get("prompt_lookup_max", 3), 1, _core.MAX_NGRAM)
+        self.k = check_size("num_speculative_tokens", k, 1, _core.MAX_DRAFT)
+        self.max_model_len = check_size("max_model_len", max_model_len, 1, 1 << 40)
+        self.min_n = check_size("prompt_lookup_min", raw.get("prompt_lookup_min", 1), 1, _core.MAX_NGRAM)
+        self.max_n = check_size("prompt_lookup_max", raw.get("prompt_lookup_max", 3), 1, _core.MAX_NGRAM)
         if self.min_n > self.max_n:
             raise ValueError(f"prompt_lookup_min ({self.min_n}) must not exceed prompt_lookup_max ({self.max_n})")
         self.adaptive = _bool("adaptive", raw.get("adaptive", True))
@@ -79,18 +80,10 @@ class DrafterOptions:
         self.save_corpus = _path("save_corpus", raw.get("save_corpus"))
         self.learn = _bool("learn", raw.get("learn", self.corpus is not None or self.save_corpus is not None))
         self.save_every = _seconds("save_every", raw.get("save_every", 5.0))
-        self.corpus_max_tokens = _int("corpus_max_tokens", raw.get("corpus_max_tokens", 1 << 22), 1,
+        self.corpus_max_tokens = check_size("corpus_max_tokens", raw.get("corpus_max_tokens", 1 << 22), 1,
                                       _core.CORPUS_MAX_TOKENS)
         if self.corpus is not None and not os.path.isfile(self.corpus):
             raise ValueError(f"additional_config['pld']['corpus']: no such file: {self.corpus!r}")
-
-
-def _int(name: str, value: Any, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if not lo <= int(value) <= hi:
-        raise ValueError(f"{name} must be between {lo} and {hi}, got {value}")
-    return int(value)
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -404,16 +397,13 @@ def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
 
 def best_chain(tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int],
                ngrams: Sequence[int], supports: Sequence[int]) -> List[int]:
-    """The path of a draft trie (Corpus.propose_tree's result) that follows
-    the most supported child at each node (the first on ties)."""
-    children: Dict[int, List[int]] = {}
-    for node, parent in enumerate(parents):
-        children.setdefault(parent, []).append(node)
-    chain, at = [], -1
-    while at in children:
-        at = max(children[at], key=lambda node: supports[node])
-        chain.append(tokens[at])
-    return chain
+    """The tokens of the path of a draft trie (Corpus.propose_tree's result)
+    that follows the most supported child at each node (the first on ties):
+    pld.drafts.base.best_chain."""
+    from .drafts.base import best_chain as best
+    from .token_tree import TokenTree
+
+    return best(TokenTree(tokens, parents, depths, ngrams, supports)).tokens
 
 
 def _open_corpus(options: DrafterOptions, model: Any) -> Any:

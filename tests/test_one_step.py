@@ -62,25 +62,27 @@ def test_commit_cuts_at_eos_budget_and_criteria():
 
 # -- what a forward's new tokens see ------------------------------------------------
 
-def test_block_visibility_of_pending_nodes_and_filler():
+def test_block_visibility_of_the_root_nodes_and_filler():
     from pld.token_tree import block_visibility
 
-    # 2 pending tokens (the first padding), a tree: 0 <- root, 1 <- 0, 2 <- root; 1 filler slot
-    seen = block_visibility([False, True], [-1, 0, -1], 4).int().tolist()
+    # the pending token (the root), a tree: 0 <- root, 1 <- 0, 2 <- root; 1 filler slot
+    seen = block_visibility([-1, 0, -1], 4).int().tolist()
     assert seen == [
-        [0, 0, 0, 0, 0, 0],  # the padding sees nothing
-        [0, 1, 0, 0, 0, 0],  # the root sees itself (pending, causal)
-        [0, 1, 1, 0, 0, 0],  # node 0: the pending tokens and itself
-        [0, 1, 1, 1, 0, 0],  # node 1: its parent too
-        [0, 1, 0, 0, 1, 0],  # node 2: a sibling of 0, not 0
-        [0, 1, 0, 0, 0, 1],  # filler: the pending tokens and itself
+        [1, 0, 0, 0, 0],  # the root sees itself
+        [1, 1, 0, 0, 0],  # node 0: the root and itself
+        [1, 1, 1, 0, 0],  # node 1: its parent too
+        [1, 0, 0, 1, 0],  # node 2: a sibling of 0, not 0
+        [1, 0, 0, 0, 1],  # filler: the root and itself
     ]
+    # a root that is padding (one row's mask may end in 0): no token sees it
+    padded = block_visibility([-1, 0, -1], 4, root_valid=False).int().tolist()
+    assert padded == [[0] + r[1:] for r in seen]
 
 
 def test_block_visibility_of_a_chain_is_causal():
     from pld.token_tree import block_visibility
 
-    seen = block_visibility([True], [-1, 0, 1], 3)
+    seen = block_visibility([-1, 0, 1], 3)
     assert torch.equal(seen, torch.ones(4, 4, dtype=torch.bool).tril())
 
 

@@ -418,7 +418,7 @@ def test_a_tree_forward_sees_context_ancestors_and_self():
     from pld.token_tree import block_visibility
 
     cached = torch.tensor([False, True, True])  # one padded column
-    block = block_visibility([True], [-1, 0, -1, 2, 1], 5)
+    block = block_visibility([-1, 0, -1, 2, 1], 5)
     allowed = torch.cat([cached[None].expand(6, 3), block], dim=1)[None]
     keys, queries = torch.arange(9)[None], torch.arange(3, 9)[None]
     mask = layer_masks(allowed, keys, queries, [("full_attention", None)], torch.float32)

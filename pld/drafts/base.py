@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
 import torch
 
-from ..token_tree import TokenTree, merge
+from ..token_tree import TokenTree, merge, subtree
 
 
 class RowView(Protocol):
@@ -91,12 +91,7 @@ def best_chain(tree: TokenTree) -> TokenTree:
     while node in children:
         node = max(children[node], key=lambda j: (tree.supports[j], -j))
         path.append(node)
-    out = chain([tree.tokens[j] for j in path], 0)
-    out.ngrams = [tree.ngrams[j] for j in path]
-    out.supports = [tree.supports[j] for j in path]
-    if tree.origins is not None:
-        out.origins = [tree.origins[j] for j in path]
-    return out
+    return subtree(tree, path)
 
 
 def offer(tree: TokenTree, found: TokenTree, branches: bool, wins_ties: bool = False,
