@@ -251,8 +251,7 @@ class Corpus:
     def sequences(self) -> List[List[int]]:
         """Every sequence held, oldest first (one consistent snapshot)."""
         tokens, lengths = self._snapshot()
-        ends = list(itertools.accumulate(lengths))
-        return [tokens[a:b].tolist() for a, b in zip([0] + ends[:-1], ends)]
+        return [tokens[a:b].tolist() for a, b in _spans(lengths)]
 
     def clear(self) -> None:
         """Drop every sequence (they do not count as evicted); the settings,
@@ -475,8 +474,8 @@ class Corpus:
         del data
         corpus = cls(f.max_tokens, min_ngram_size=f.min_ngram, max_ngram_size=f.max_ngram,
                      segments=f.segments, fingerprint=f.fingerprint, seed=seed)
-        view, ends = memoryview(tokens), list(itertools.accumulate(lengths))
-        for a, b in zip([0] + ends[:-1], ends):
+        view = memoryview(tokens)
+        for a, b in _spans(lengths):
             corpus._core.add(view[a:b])
         if (len(corpus) != f.n_tokens or corpus.num_sequences != f.n_sequences
                 or corpus._core.segments_used != f.segments_used):
@@ -698,6 +697,12 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     if len(data) != info.st_size:
         raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")
     return data
+
+
+def _spans(lengths: Any) -> List[Tuple[int, int]]:
+    """(start, end) of each sequence in the tokens laid end to end."""
+    ends = list(itertools.accumulate(lengths))
+    return list(zip([0] + ends[:-1], ends))
 
 
 def _typecode(size: int, signed: bool) -> str:

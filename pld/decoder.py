@@ -267,7 +267,8 @@ class Decoder:
         """One forward over every row's pending tokens and node slots
         (``nodes`` tokens, local ``parents``, ``depths``; filler up to the
         widest row): logits [b, 1 + W, V]. Stages the block's slots."""
-        if self.prefill and not all(is_chain(p) for p in parents):
+        chains = all(is_chain(p) for p in parents)
+        if self.prefill and not chains:
             self._prefill_all_but_the_root()
         W = max(len(n) for n in nodes)
         pending = [row.pending() for row in self.rows]
@@ -283,7 +284,7 @@ class Decoder:
                            torch.ones((len(nodes), W), dtype=torch.bool, device=device)], dim=1)
         T = self.slots.length
         self.slots.stage(valid, positions)
-        if (self.prefill or len(self.all_rows) == 1) and all(is_chain(p) for p in parents):
+        if (self.prefill or len(self.all_rows) == 1) and chains:
             mask = self.slots.valid[:, :T + ids.shape[1]].long()  # plain causal attention: a 2D mask
         else:
             mask = self._masks(pending, parents, W, positions)
