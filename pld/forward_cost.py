@@ -115,6 +115,7 @@ class LearnedCost:
         self._plain: Deque[float] = collections.deque(maxlen=PLAIN_SAMPLES)
         self._line = (1.0, 0.0)  # (t2, b)
         self._t1 = 1.0
+        self._fitted = True
         self._lock = threading.Lock()
 
     def observe(self, width: int, seconds: float) -> None:
@@ -126,14 +127,28 @@ class LearnedCost:
             if width == 1:
                 self._plain.append(float(seconds))
                 self._t1 = min(self._plain)
-            self._line = _fit_line(self._samples, self._line)
+            self._fitted = False  # (refitted when next read)
+
+    def wide_widths(self) -> int:
+        """How many distinct widths >= 2 the window holds; 0 until a
+        one-token forward has been timed too (the unit)."""
+        with self._lock:
+            return len({w for w, _ in self._samples if w >= 2}) if self._plain else 0
 
     def __call__(self, w: int) -> float:
         """c(w), in one-token forwards (w >= 1)."""
         if w <= 1:
             return 1.0
-        t2, b = self._line
-        return max((t2 + b * (w - 2)) / self._t1, 1.0)
+        t1, t2, b = self.line()
+        return max((t2 + b * (w - 2)) / t1, 1.0)
+
+    def line(self) -> Tuple[float, float, float]:
+        """(t(1), t2, b): c(w) = max((t2 + b (w - 2)) / t(1), 1) for w >= 2."""
+        if not self._fitted:
+            with self._lock:
+                self._line = _fit_line(self._samples, self._line)
+                self._fitted = True
+        return (self._t1, *self._line)
 
     def samples(self) -> List[Tuple[int, float]]:
         """The (width, seconds) samples in the window, oldest first."""

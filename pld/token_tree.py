@@ -385,6 +385,20 @@ class AcceptanceModel:
                 if j in on_path:
                     self.hits[b] += 1.0
 
+    def observe_chain(self, ngram: int, support: int, proposed: int, accepted: int, origin: int = ROW,
+                      predicted: Optional[float] = None) -> None:
+        """:meth:`update` for a chain of ``proposed`` tokens of one bucket
+        (n-gram, support; depth 1 upwards) of which the first ``accepted``
+        were accepted: its tokens at depths 1 .. accepted + 1 were trials."""
+        if predicted is not None:
+            self.predicted += predicted
+            self.accepted += accepted
+        for depth in range(1, min(proposed, accepted + 1) + 1):
+            b = _bucket(ngram, support, depth, UNKNOWN, origin)
+            self.trials[b] += 1.0
+            if depth <= accepted:
+                self.hits[b] += 1.0
+
 
 def _agreement(tree: TokenTree) -> Sequence[int]:
     return tree.agreement if tree.agreement is not None else [UNKNOWN] * len(tree.tokens)
