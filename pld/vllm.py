@@ -9,9 +9,19 @@ that does not grow with the context. Options come from
 ``additional_config["pld"]`` (``--additional-config '{"pld": {...}}'``):
 
     prompt_lookup_min, prompt_lookup_max   n-gram sizes (default 1, 3)
-    adaptive      draft lengths from each request's acceptance (default
-                  true: grow after a full accept, shrink and pause after
-                  rejections, pld.draft_length); false: always k
+    adaptive      true (default): each step, the draft tokens whose
+                  expected gain pays for the time they add to vLLM's step,
+                  both learned while serving (pld.vllm_budget), so drafts
+                  depend on what the engine learned; "request": each
+                  request's own schedule (pld.draft_length: grow after a
+                  full accept, shrink and pause after rejections), so a
+                  request's drafts depend on its tokens alone, as a seeded
+                  sampled request needs to repeat; false: every draft as
+                  long as the match allows, up to k
+    verify_cost   "learned" (the default on one rank) or a number s >= 0:
+                  a step with w - 1 draft tokens costs 1 + s (w - 1) steps
+                  without (no clock read; the default, 0.05, where vLLM
+                  runs more than one rank)
     corpus        a pld.Corpus file to load at start (must exist)
     learn         add each finished request's output to the corpus
                   (default true when a corpus is given or saved)
@@ -40,28 +50,37 @@ import struct
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _core
 from ._core import _first_unequal_span
+from .acceptance_buckets import CORPUS, NGRAM_BUCKETS, ROW, SUPPORT_BUCKETS
 from .config import check_size
 from .draft_length import DraftLength
+from .vllm_budget import StepBudget
 
 logger = logging.getLogger("pld")
 
 HEAD = 16  # tokens keyed on and checked at the start of a row
 TAIL = 32  # tokens checked at the end of what a state holds
 WINDOW = 256  # tokens of the rolling check a step
-OPTIONS = {"prompt_lookup_min", "prompt_lookup_max", "adaptive", "corpus", "learn", "save_corpus",
-           "save_every", "corpus_max_tokens"}
+OPTIONS = {"prompt_lookup_min", "prompt_lookup_max", "adaptive", "verify_cost", "corpus", "learn",
+           "save_corpus", "save_every", "corpus_max_tokens"}
+#: verify_cost where vLLM runs several ranks and it is not given: a fixed
+#: cost, so that every rank drafts the same tokens without reading a clock.
+MULTI_RANK_VERIFY_COST = 0.05
+
+#: A row's longest draft: (its request's state, the tokens, the bucket:
+#: pld.vllm_budget.Candidate).
+Chain = Tuple["_Request", List[int], Tuple[int, int, int, int]]
 
 
 class DrafterOptions:
     """The validated options (ValueError/TypeError naming the option)."""
 
-    def __init__(self, k: Any, max_model_len: int, raw: Any) -> None:
+    def __init__(self, k: Any, max_model_len: int, raw: Any, ranks: int = 1) -> None:
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
@@ -75,7 +94,11 @@ class DrafterOptions:
         self.max_n = check_size("prompt_lookup_max", raw.get("prompt_lookup_max", 3), 1, _core.MAX_NGRAM)
         if self.min_n > self.max_n:
             raise ValueError(f"prompt_lookup_min ({self.min_n}) must not exceed prompt_lookup_max ({self.max_n})")
-        self.adaptive = _bool("adaptive", raw.get("adaptive", True))
+        self.adaptive = raw.get("adaptive", True)
+        if not (isinstance(self.adaptive, bool) or self.adaptive == "request"):
+            raise ValueError(f"additional_config['pld']['adaptive'] must be true, false or \"request\", "
+                             f"got {self.adaptive!r}")
+        self.verify_cost = _verify_cost(raw.get("verify_cost", "learned" if ranks <= 1 else MULTI_RANK_VERIFY_COST))
         self.corpus = _path("corpus", raw.get("corpus"))
         self.save_corpus = _path("save_corpus", raw.get("save_corpus"))
         self.learn = _bool("learn", raw.get("learn", self.corpus is not None or self.save_corpus is not None))
@@ -90,6 +113,16 @@ def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"additional_config['pld']['{name}'] must be true or false, got {value!r}")
     return value
+
+
+def _verify_cost(value: Any) -> Optional[float]:
+    """None for "learned", else the fixed slope."""
+    if value == "learned":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise ValueError(f"additional_config['pld']['verify_cost'] must be \"learned\" or a number >= 0, "
+                         f"got {value!r}")
+    return float(value)
 
 
 def _seconds(name: str, value: Any) -> float:
@@ -108,7 +141,8 @@ def _path(name: str, value: Any) -> Optional[str]:
 
 class _Request:
     """One request's drafting state: its index, a copy of its tokens (for
-    recognition), where its output starts, and its draft length.
+    recognition), where its output starts, and its last draft (its bucket,
+    length and predicted gain, until vLLM says what it kept).
 
     ``held`` is exactly the bytes of the first ``n`` tokens (``size`` bytes
     each, of ``dtype``, as the token array holds them); a step's checks
@@ -116,12 +150,12 @@ class _Request:
     (``_core._first_unequal_span``: a memcmp each), and a step's token is
     read as an int, so the step builds no array."""
 
-    __slots__ = ("index", "held", "size", "dtype", "pack", "n", "prompt", "cursor", "length", "proposed",
-                 "key")
+    __slots__ = ("index", "held", "size", "dtype", "pack", "n", "prompt", "cursor", "candidate", "proposed",
+                 "predicted", "length", "key")
 
     def __init__(self, tokens: np.ndarray, i: int, n: int, prompt: int, options: DrafterOptions,
                  pack: Any) -> None:
-        self.index = _core.NgramIndex(options.max_n, options.min_n, "first", seed=0)
+        self.index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
         self.held = bytearray()
         self.size = tokens.itemsize
         self.dtype = tokens.dtype
@@ -129,8 +163,10 @@ class _Request:
         self.n = 0
         self.prompt = prompt
         self.cursor = 0
-        self.length = DraftLength(options.k, adaptive=options.adaptive)
+        self.candidate: Any = None
         self.proposed = 0
+        self.predicted = 0.0
+        self.length = DraftLength(options.k, adaptive=True) if options.adaptive == "request" else None
         self.key = b""
         self.append(tokens, i, n)
 
@@ -161,8 +197,9 @@ class _Request:
         self.n = n
         self.cursor = 0
         self.prompt = min(self.prompt, n)
-        self.length = DraftLength(self.length.k, adaptive=self.length.adaptive)
         self.proposed = 0
+        if self.length is not None:
+            self.length = DraftLength(self.length.k, adaptive=True)
 
     def seems(self, tokens: np.ndarray, at: int, limit: int) -> bool:
         """Whether the row starting at flat index ``at`` of ``tokens``
@@ -199,8 +236,14 @@ class Drafter:
         if not isinstance(extra, dict):
             raise TypeError(f"additional_config must be a dict, got {type(extra).__name__}")
         model = vllm_config.model_config
+        parallel = getattr(vllm_config, "parallel_config", None)
+        ranks = int(getattr(parallel, "tensor_parallel_size", 1) or 1) * \
+            int(getattr(parallel, "pipeline_parallel_size", 1) or 1)
         self.options = DrafterOptions(vllm_config.speculative_config.num_speculative_tokens,
-                                      model.max_model_len, extra.get("pld"))
+                                      model.max_model_len, extra.get("pld"), ranks)
+        self.budget = StepBudget(self.options.k, self.options.verify_cost) if self.options.adaptive is True \
+            else None
+        self._all_decoding = False  # whether every row of the last step had a token sampled
         self.pool_size = max(1, int(getattr(vllm_config.scheduler_config, "max_num_seqs", 256)))
         self.rows: Dict[int, _Request] = {}  # row -> the request last seen there
         self.keys: Dict[bytes, List[_Request]] = {}  # head tokens -> requests held
@@ -224,19 +267,23 @@ class Drafter:
         drafting itself fail, the step goes on without drafts (an error on
         the "pld" logger) and every request starts a fresh index."""
         try:
+            now = self.budget.now() if self.budget is not None else 0.0
             lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
             tokens = token_ids_cpu
             if tokens is not self._array or tokens.dtype is not self._dtype:
                 tokens = self._readable(tokens)
             width = tokens.shape[1]  # row i starts at flat index i * width
             claimed = self._recognise(tokens, lengths, width)
-            drafts = []
-            max_len = self.options.max_model_len
-            draft = self._draft
+            if self.budget is not None:  # the last step's time, if it served these same requests
+                all_decoding = all(sampled_token_ids)
+                self.budget.step(all_decoding and self._all_decoding and claimed == self.rows, now)
+                self._all_decoding = all_decoding
+            chains: List[Optional[Chain]] = []
+            decoding = 0
             for i, sampled in enumerate(sampled_token_ids):
                 n = lengths[i]
-                if not sampled or n >= max_len:
-                    drafts.append([])
+                if not sampled or n >= self.options.max_model_len:
+                    chains.append(None)
                     continue
                 if not 0 <= n <= width:
                     raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
@@ -245,16 +292,16 @@ class Drafter:
                     state = claimed[i] = self._find(tokens, i, i * width, n, claimed) or \
                         _Request(tokens, i, n, n - len(sampled), self.options, self._pack)
                 if state.proposed:  # how the last draft fared
-                    accepted = len(sampled) - 1
-                    state.length.update(state.proposed, accepted if accepted < state.proposed else state.proposed)
-                    state.proposed = 0
+                    self._fared(state, len(sampled) - 1)
                 if n > state.n:  # the tokens accepted
                     state.append(tokens, i, n)
                 elif n < state.n:  # tokens vLLM discarded
                     state.truncate(n)
                 if n < HEAD or len(state.key) < HEAD * state.size:  # the key: tokens[:min(HEAD, n)]
                     self._key(state)
-                drafts.append(draft(state, n))
+                decoding += 1
+                chains.append(self._chain(state, n))
+            drafts = self._drafts(chains, decoding)
             if claimed != self.rows:  # (the states compare by identity)
                 self._release(claimed)
             return drafts
@@ -263,6 +310,16 @@ class Drafter:
             self.rows, self.keys, self.pool = {}, {}, OrderedDict()
             self._array = None
             return [[] for _ in sampled_token_ids]
+
+    def _fared(self, state: _Request, accepted: int) -> None:
+        """vLLM kept ``accepted`` tokens of the request's last draft: the
+        budget (or the request's own schedule) learns it."""
+        accepted = accepted if accepted < state.proposed else state.proposed
+        if self.budget is not None:
+            self.budget.accepted(state.candidate, state.proposed, accepted, state.predicted)
+        elif state.length is not None:
+            state.length.update(state.proposed, accepted)
+        state.proposed = 0
 
     def _recognise(self, tokens: np.ndarray, lengths: List[int], width: int) -> Dict[int, _Request]:
         """The rows whose state last seen there still matches (also a row
@@ -313,20 +370,56 @@ class Drafter:
             self.pool.pop(id(best), None)
         return best
 
-    def _draft(self, state: _Request, n: int) -> List[int]:
-        want = state.length.next()
-        if want > self.options.max_model_len - n:
-            want = self.options.max_model_len - n
+    def _drafts(self, chains: Sequence[Optional[Chain]], decoding: int) -> List[List[int]]:
+        """Each row's draft: its chain cut to the length the budget gives it
+        (``adaptive``), or its own schedule (``"request"``), or whole."""
+        if self.budget is None:
+            return [self._whole(c) if c is not None else [] for c in chains]
+        chosen = self.budget.choose([c[2] if c is not None else None for c in chains], decoding)
+        drafts: List[List[int]] = []
+        for chain, (length, predicted) in zip(chains, chosen):
+            if not length:
+                drafts.append([])
+                continue
+            state, tokens, candidate = chain
+            state.candidate, state.proposed, state.predicted = candidate, length, predicted
+            drafts.append(tokens if length == len(tokens) else tokens[:length])
+        return drafts
+
+    @staticmethod
+    def _whole(chain: Chain) -> List[int]:
+        """The chain, whole or (``"request"``) cut to its schedule."""
+        state, tokens, candidate = chain
+        length = len(tokens) if state.length is None or state.length.length > len(tokens) else state.length.length
+        state.candidate, state.proposed, state.predicted = candidate, length, 0.0
+        return tokens if length == len(tokens) else tokens[:length]
+
+    def _chain(self, state: _Request, n: int) -> Optional[Chain]:
+        """(the state, the tokens, (origin, n-gram, support, length)) of
+        the longest draft the request's index (or, where it has no match,
+        the corpus) holds, at most k and the room left; None if there is
+        none (or the request's own schedule skips this step)."""
+        if state.length is not None and not state.length.next():
+            return None
+        want = self.options.max_model_len - n
+        if want > self.options.k:
+            want = self.options.k
         if want <= 0:
-            return []
+            return None
         draft = state.index.propose(want)
-        if not draft and self.corpus is not None and len(self.corpus):
-            size = state.size
-            context = np.frombuffer(state.held[max(0, n - self.corpus.max_ngram_size) * size:n * size],
-                                    dtype=state.dtype)
-            draft = best_chain(*self.corpus.propose_tree(context, want))
-        state.proposed = len(draft)
-        return draft
+        if draft:
+            n = state.index.last_ngram
+            return state, draft, (ROW, n if n < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, 1, len(draft))
+        if self.corpus is None or not len(self.corpus):
+            return None
+        size = state.size
+        context = np.frombuffer(state.held[max(0, n - self.corpus.max_ngram_size) * size:n * size],
+                                dtype=state.dtype)
+        chain = best_chain(*self.corpus.propose_tree(context, want))
+        if not len(chain):
+            return None
+        return state, chain.tokens, (CORPUS, min(chain.ngrams[0], NGRAM_BUCKETS - 1),
+                                     min(chain.supports[0], SUPPORT_BUCKETS), len(chain))
 
     # ------------------------------------------------------ states and keys
 
@@ -396,14 +489,14 @@ def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
 
 
 def best_chain(tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int],
-               ngrams: Sequence[int], supports: Sequence[int]) -> List[int]:
-    """The tokens of the path of a draft trie (Corpus.propose_tree's result)
-    that follows the most supported child at each node (the first on ties):
-    pld.drafts.base.best_chain."""
+               ngrams: Sequence[int], supports: Sequence[int]) -> Any:
+    """The path of a draft trie (Corpus.propose_tree's result) that follows
+    the most supported child at each node (the first on ties), with its
+    nodes' features: pld.drafts.base.best_chain."""
     from .drafts.base import best_chain as best
     from .token_tree import TokenTree
 
-    return best(TokenTree(tokens, parents, depths, ngrams, supports)).tokens
+    return best(TokenTree(tokens, parents, depths, ngrams, supports))
 
 
 def _open_corpus(options: DrafterOptions, model: Any) -> Any:

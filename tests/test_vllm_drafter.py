@@ -3,7 +3,8 @@ a fake input batch (a [rows, max_model_len] token array and the rows'
 lengths) that adds, condenses, swaps, preempts, resumes and forks requests,
 and prefills in chunks. Every draft is compared with a brute-force
 reference that knows each row's request and looks the draft up in its
-tokens alone (tests/reference.py). No torch: these run under the
+tokens alone (tests/reference.py, the latest occurrence of the longest
+suffix n-gram: the index's "recent" policy). No torch: these run under the
 sanitizers too.
 """
 from __future__ import annotations
@@ -21,19 +22,20 @@ from hypothesis import strategies as st
 import pld
 from pld import _core
 from pld.corpus import Corpus
-from pld.vllm import HEAD, WINDOW, Drafter, best_chain
+from pld.vllm import HEAD, MULTI_RANK_VERIFY_COST, WINDOW, Drafter, best_chain
 
-from reference import find_candidate_reference
+from reference import _lookup
 
 VOCAB = 50
 
 
-def config(k=4, max_model_len=400, max_num_seqs=8, vocab=VOCAB, **pld_options):
+def config(k=4, max_model_len=400, max_num_seqs=8, vocab=VOCAB, tensor_parallel_size=1, **pld_options):
     model = types.SimpleNamespace(max_model_len=max_model_len, get_vocab_size=lambda: vocab,
                                   hf_config=types.SimpleNamespace(bos_token_id=1, eos_token_id=2, pad_token_id=None))
     return types.SimpleNamespace(
         speculative_config=types.SimpleNamespace(num_speculative_tokens=k),
         model_config=model, scheduler_config=types.SimpleNamespace(max_num_seqs=max_num_seqs),
+        parallel_config=types.SimpleNamespace(tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=1),
         additional_config={"pld": pld_options} if pld_options is not None else {})
 
 
@@ -113,7 +115,8 @@ class FakeBatch:
         for rid, new in zip(self.order, sampled):
             seq = self.seqs[rid]
             want = min(k, self.max_len - len(seq))
-            out.append(find_candidate_reference(seq, max_n, want, min_n) if new and want > 0 else [])
+            out.append(_lookup(seq, max_n, want, min_n, "seed", None, (), pick_latest=True)
+                       if new and want > 0 else [])
         return out
 
 
@@ -273,12 +276,15 @@ def test_a_new_request_in_a_finished_ones_row_is_not_served_its_index():
 
 def test_two_drafters_fed_the_same_steps_draft_the_same():
     """What every tensor-parallel rank does: same inputs, same drafts
-    (adaptive lengths and a learning corpus included)."""
+    (adaptive lengths and a learning corpus included). On several ranks
+    the cost is fixed, and no clock is read."""
     drafts = []
     for _ in range(2):
         rng = random.Random(7)
         batch = FakeBatch(4, 300, rng, 12)
-        drafter = Drafter(config(k=6, max_model_len=300, max_num_seqs=4, learn=True))
+        drafter = Drafter(config(k=6, max_model_len=300, max_num_seqs=4, learn=True, tensor_parallel_size=2))
+        assert drafter.options.verify_cost == MULTI_RANK_VERIFY_COST
+        drafter.budget.clock = None  # (a call would raise)
         seen = []
         for _ in range(80):
             random_events(batch, rng, 4, 12)
@@ -291,11 +297,11 @@ def test_two_drafters_fed_the_same_steps_draft_the_same():
     assert any(d for step in drafts[0] for d in step)
 
 
-def test_adaptive_lengths_draft_less_where_drafts_fail():
+def test_per_request_lengths_draft_less_where_drafts_fail():
     tokens = np.zeros((1, 400), dtype=np.int32)
     seq = [3, 4, 5, 6] * 10
     tokens[0, :len(seq)] = seq
-    drafter = Drafter(config(k=8, max_model_len=400))
+    drafter = Drafter(config(k=8, max_model_len=400, adaptive="request"))
     sizes = []
     for step in range(12):  # every draft rejected: the next token is new
         draft = drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)[0]
@@ -335,8 +341,8 @@ def test_the_corpus_is_saved_at_close_and_loaded_at_start(tmp_path):
 
 def test_best_chain_follows_the_most_supported_child():
     # root -> 5 (support 1) / 6 (support 3); 6 -> 7 (2) / 8 (2): first on ties
-    assert best_chain([5, 6, 7, 8], [-1, -1, 1, 1], [1, 1, 2, 2], [2, 2, 2, 2], [1, 3, 2, 2]) == [6, 7]
-    assert best_chain([], [], [], [], []) == []
+    assert best_chain([5, 6, 7, 8], [-1, -1, 1, 1], [1, 1, 2, 2], [2, 2, 2, 2], [1, 3, 2, 2]).tokens == [6, 7]
+    assert best_chain([], [], [], [], []).tokens == []
 
 
 @pytest.mark.parametrize("k, options, message", [
@@ -347,6 +353,8 @@ def test_best_chain_follows_the_most_supported_child():
     (4, {"prompt_lookup_min": 3, "prompt_lookup_max": 2}, "prompt_lookup_min"),
     (4, {"prompt_lookup_max": "3"}, "prompt_lookup_max"),
     (4, {"adaptive": 1}, "adaptive"),
+    (4, {"adaptive": 1.0}, "adaptive"),
+    (4, {"adaptive": "sometimes"}, "adaptive"),
     (4, {"ngram": 3}, "unknown option"),
     (4, {"corpus": "/nonexistent/c.pldc"}, "corpus"),
     (4, {"corpus": 5}, "corpus"),
@@ -418,12 +426,13 @@ def test_a_corpus_that_cannot_be_saved_warns_and_drafting_goes_on(tmp_path, capl
 
 def test_a_request_that_repeats_an_earlier_one_drafts_as_it_did():
     """A seeded request run again (same prompt, same tokens sampled) in the
-    row the first run left: the same drafts, though the first run's state
-    is still there (its draft-length history must not carry over)."""
+    row the first run left: under ``adaptive: "request"``, the same drafts,
+    though the first run's state is still there (its draft-length history
+    must not carry over)."""
     prompt = [3, 4, 5, 6, 7, 3, 4, 5, 6, 8, 3, 4]
     steps = [[5, 9], [6], [7, 3, 4], [1], [3, 4], [5, 6, 7]]
     tokens = np.zeros((1, 200), dtype=np.int32)
-    drafter = Drafter(config(k=6, max_model_len=200))
+    drafter = Drafter(config(k=6, max_model_len=200, adaptive="request"))
     runs = []
     for _ in range(3):
         seq, drafts = list(prompt), []
@@ -465,7 +474,7 @@ def test_a_failure_inside_drafting_costs_a_step_its_drafts_not_the_engine(caplog
     def broken(*args):
         raise RuntimeError("planted")
 
-    monkeypatch.setattr(drafter, "_draft", broken)
+    monkeypatch.setattr(drafter, "_chain", broken)
     with caplog.at_level(logging.ERROR, logger="pld"):
         assert drafter.propose([[8]], np.array([9]), tokens) == [[]]
     assert "drafting failed" in caplog.text and drafter.num_requests == 0

@@ -1,0 +1,266 @@
+"""How many draft tokens each request sends to vLLM in a step.
+
+vLLM verifies every request's draft in one forward over all of them, so a
+draft token pays when the tokens it is expected to add are worth the time
+it adds to the step. Both sides are learned while the engine serves:
+
+- what a draft token adds: the probability that it is reached (accepted
+  with every token before it), from pld's acceptance model
+  (pld.token_tree.AcceptanceModel, its prior and its buckets: n-gram size,
+  support, depth, origin), updated from what vLLM accepted of each draft;
+- what it costs: the step's time as a function of the draft tokens in it,
+  c(w) with w = 1 + the draft tokens of the step, in units of a step
+  without drafts, per batch-size class (pld.forward_cost.LearnedCost, fed
+  with the time between two ``propose`` calls over the same requests; while
+  it has timed one width of steps with drafts, the line through c(1) and
+  that width).
+  Every PLAIN_EVERY steps of a class, a step drafts nothing, so that its
+  unit stays current as the contexts grow. ``verify_cost`` (a number s)
+  fixes c(w) = 1 + s (w - 1) instead: no clock is read, so the drafts
+  depend on the tokens alone.
+
+The plan takes the draft tokens likeliest to be reached across all
+requests (each request's first ones first) while the expected tokens of
+the step, ``rows + their summed reach``, per unit of c grow. Reach depends
+on the bucket alone, so a plan is a depth per bucket, made by sorting a few
+dozen (bucket, depth) groups whatever the batch; it is made again every
+REPLAN_EVERY steps (with what was learned since), or at once when the
+batch-size class changes or a bucket it lacks appears, so a step between
+costs a dictionary look-up a request. After EXPLORE_EVERY steps that
+drafted nothing though there were candidates, every request drafts its
+first token again. The drafts never change vLLM's output; only the step's
+cost does.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from .acceptance_buckets import NGRAM_BUCKETS, ROW
+from .forward_cost import LearnedCost
+from .token_tree import MAX_PROBABILITY, AcceptanceModel
+from .width_budget import EXPLORE_EVERY
+
+#: Steps of a batch-size class between two steps without drafts (the unit of
+#: its learned cost, t(1), kept current).
+PLAIN_EVERY = 64
+
+#: Steps a plan (a depth per bucket) is kept before it is made again with
+#: what was learned since.
+REPLAN_EVERY = 16
+
+#: Slope of c(w) while a class has no timed step with drafts yet: optimistic,
+#: so that its first steps draft and the slope gets measured.
+UNMEASURED_SLOPE = 0.02
+
+#: A candidate: (origin, n-gram bucket 1..NGRAM_BUCKETS - 1, support bucket
+#: 1..SUPPORT_BUCKETS, tokens in the chain >= 1).
+Candidate = Tuple[int, int, int, int]
+Group = Tuple[int, int, int]
+
+
+def size_class(rows: int) -> int:
+    """1, 2, 3-4, 5-8, ... rows share a learned cost."""
+    return max(rows - 1, 0).bit_length()
+
+
+class StepBudget:
+    """The draft lengths of a vLLM step: :meth:`now` and :meth:`step` at the
+    start of every ``propose`` call, :meth:`choose` before the drafts go
+    out, :meth:`accepted` with what vLLM kept of each."""
+
+    def __init__(self, k: int, verify_cost: Optional[float] = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.k = k
+        self.model = AcceptanceModel()
+        self.fixed = verify_cost
+        self.clock = clock
+        self.costs: Dict[int, LearnedCost] = {}
+        self.since_plain: Dict[int, int] = {}
+        self._idle = 0
+        self._last: Optional[Tuple[float, int, int]] = None  # (time, size class, width) of the last step
+        self._now = 0.0  # when this step's call began
+        self._outcomes: List[Tuple[Group, int, int, float]] = []  # learned at the next plan
+        self._timed: List[Tuple[int, int, float]] = []  # (size class, width, seconds): likewise
+        self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, cumulative reach)
+        self._groups = {(ROW, n, 1) for n in range(1, NGRAM_BUCKETS)}  # the buckets a plan covers
+        self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
+        self._stale: set = set()
+        self._plan_key = -1
+        self._plan_age = REPLAN_EVERY
+
+    # ----------------------------------------------------------- the cost
+
+    def now(self) -> float:
+        """The clock, read at the start of a ``propose`` call (0.0 under a
+        fixed cost: no clock is read)."""
+        return self.clock() if self.fixed is None else 0.0
+
+    def step(self, same_rows: bool, now: float) -> None:
+        """A ``propose`` call began at ``now``. If it serves the same
+        requests as the last (``same_rows``: no arrival, departure or
+        prefill since), the time since the last is a sample of that step's
+        cost (learned at the next plan)."""
+        last = self._last
+        if same_rows and last is not None:
+            self._timed.append((last[1], last[2], now - last[0]))
+        self._last = None
+        self._now = now
+
+    def cost(self, key: int) -> Callable[[int], float]:
+        """c(w) of a step of batch-size class ``key``."""
+        if self.fixed is not None:
+            s = self.fixed
+            return lambda w: 1.0 + s * (w - 1)
+        learned = self.costs.get(key)
+        widths = learned.wide_widths() if learned is not None else 0
+        if widths == 0:
+            return lambda w: 1.0 + UNMEASURED_SLOPE * (w - 1)
+        t1, t2, b = learned.line()
+        if widths == 1:  # (the line is flat then): the line through c(1) and that width
+            w0 = next(w for w, _ in learned.samples() if w >= 2)
+            slope = (max(t2 / t1, 1.0) - 1.0) / (w0 - 1)
+            return lambda w: 1.0 + slope * (w - 1)
+        return lambda w: max((t2 + b * (w - 2)) / t1, 1.0) if w > 1 else 1.0
+
+    # ---------------------------------------------------------- the choice
+
+    def choose(self, candidates: Sequence[Optional[Candidate]], rows: int) -> List[Tuple[int, float]]:
+        """(draft length, its predicted accepted tokens) of each candidate
+        (None: a row with nothing to draft) for a step of ``rows`` decoding
+        rows."""
+        key = (rows - 1).bit_length() if rows > 1 else 0  # size_class(rows)
+        since = self.since_plain.get(key, PLAIN_EVERY)
+        if not rows or self.fixed is None and since >= PLAIN_EVERY:  # a step that measures t(1)
+            chosen, drafted = [(0, 0.0)] * len(candidates), 0
+        else:
+            if self._plan_age >= REPLAN_EVERY or key != self._plan_key:
+                self._replan(candidates, rows, key)
+            planned = self._planned(candidates)
+            if planned is None:  # a bucket the plan lacks
+                self._replan(candidates, rows, key)
+                planned = self._planned(candidates)
+            chosen, drafted, wanted = planned
+            if drafted or not wanted:
+                self._idle = 0
+            else:
+                self._idle += 1
+                if self._idle >= EXPLORE_EVERY:  # try the drafts judged not to pay again
+                    self._idle = 0
+                    chosen, drafted = self._first_tokens(candidates)
+        self.since_plain[key] = 0 if not drafted else since + 1
+        self._plan_age += 1
+        if self.fixed is None and rows:
+            self._last = (self._now, key, 1 + drafted)  # (the time from one call's start to the next's)
+        return chosen
+
+    def _planned(self, candidates: Sequence[Optional[Candidate]]
+                 ) -> Optional[Tuple[List[Tuple[int, float]], int, bool]]:
+        """(the plan's lengths, their sum, whether any candidate had a
+        token), or None if a candidate's bucket is not in the plan."""
+        plan = self._plan
+        out = []
+        drafted, wanted = 0, False
+        for c in candidates:
+            if c is None:
+                out.append((0, 0.0))
+                continue
+            planned = plan.get(c[:3])
+            if planned is None:
+                return None
+            d = c[3] if c[3] < planned[0] else planned[0]
+            out.append((d, planned[1][d]))
+            drafted += d
+            wanted = True
+        return out, drafted, wanted
+
+    def _first_tokens(self, candidates: Sequence[Optional[Candidate]]) -> Tuple[List[Tuple[int, float]], int]:
+        """Every candidate's first token (exploration), and their count."""
+        out = [(1, self._plan[c[:3]][1][1]) if c is not None else (0, 0.0) for c in candidates]
+        return out, sum(d for d, _ in out)
+
+    def _replan(self, candidates: Sequence[Optional[Candidate]], rows: int, key: int) -> None:
+        """Learn what happened since the last plan, then a depth per bucket:
+        the rows' first tokens, likeliest first across rows, while
+        (rows + reach) / c(1 + tokens) grows; a bucket no row has now gets
+        the depth that would pay for one row of it on top."""
+        self._learn()
+        cost = self.cost(key)
+        wanting: Dict[Group, List[int]] = {}  # group -> rows whose chain holds >= j + 1 tokens, by j
+        for c in candidates:
+            if c is not None:
+                counts = wanting.get(c[:3])
+                if counts is None:
+                    counts = wanting[c[:3]] = [0] * self.k
+                for j in range(min(c[3], self.k)):
+                    counts[j] += 1
+        self._groups.update(wanting)
+        scale = self.model.scale
+        reaches = {g: [min(MAX_PROBABILITY, r * scale) for r in self._unscaled_reach(g)] for g in self._groups}
+        items = sorted(((reaches[g][j], g, j, n) for g, counts in wanting.items() for j, n in enumerate(counts) if n),
+                       key=lambda t: -t[0])
+        gained, width, best = float(rows), 1, (float(rows), 1)
+        best_rate, taken = rows / cost(1), 0
+        for i, (reach, _, _, count) in enumerate(items):  # (the rate rises, then falls: stop there)
+            gained += reach * count
+            width += count
+            rate = gained / cost(width)
+            if rate <= best_rate:
+                break
+            best_rate, best, taken = rate, (gained, width), i + 1
+        depth: Dict[Group, int] = {g: 0 for g in reaches}
+        for _, group, j, _ in items[:taken]:
+            depth[group] = j + 1
+        for group in self._groups.difference(wanting):  # one row of it, on top
+            gained, width = best
+            rate = best_rate
+            for j, reach in enumerate(reaches[group]):
+                gained, width = gained + reach, width + 1
+                more = gained / cost(width)
+                if more <= rate:
+                    break
+                rate, depth[group] = more, j + 1
+        self._plan = {g: (depth[g], [0.0] + list(itertools.accumulate(r))) for g, r in reaches.items()}
+        self._plan_key, self._plan_age = key, 0
+
+    def _learn(self) -> None:
+        """The outcomes and step times gathered since the last plan."""
+        for group, proposed, accepted, predicted in self._outcomes:
+            self.model.observe_chain(group[1], group[2], proposed, accepted, group[0], predicted)
+            self._stale.add(group)
+        self._outcomes.clear()
+        for key, width, seconds in self._timed:
+            cost = self.costs.get(key)
+            if cost is None:
+                cost = self.costs[key] = LearnedCost()
+            cost.observe(width, seconds)
+        self._timed.clear()
+
+    def _unscaled_reach(self, group: Group) -> List[float]:
+        """The product of the bucket's rates along a chain, depths 1..k
+        (kept until the bucket learns)."""
+        reach = self._reach.get(group)
+        if reach is None or group in self._stale:
+            self._stale.discard(group)
+            origin, ngram, support = group
+            reach, r = [], 1.0
+            for depth in range(1, self.k + 1):
+                r *= self.model.rate(ngram, support, depth, origin=origin)
+                reach.append(r)
+            self._reach[group] = reach
+        return reach
+
+    def reach(self, origin: int, ngram: int, support: int) -> List[float]:
+        """P(reached) of the draft's tokens at depths 1..k for a chain of
+        this bucket (the model's rates along the chain, times its scale)."""
+        scale = self.model.scale
+        return [min(MAX_PROBABILITY, r * scale) for r in self._unscaled_reach((origin, ngram, support))]
+
+    # --------------------------------------------------------- the outcome
+
+    def accepted(self, candidate: Candidate, proposed: int, accepted: int, predicted: float) -> None:
+        """vLLM kept ``accepted`` of the ``proposed`` tokens of a draft of
+        this candidate's bucket, for which :meth:`choose` predicted
+        ``predicted`` (learned at the next plan)."""
+        self._outcomes.append((candidate[:3], proposed, accepted, predicted))

@@ -1,0 +1,153 @@
+"""The draft lengths pld's vLLM drafter sends (pld.vllm_budget.StepBudget):
+drafts that pay for the time they add to vLLM's step, both learned while
+serving. Driven with a fake clock whose step time grows with the step's
+draft tokens, so the tests are deterministic. No vLLM, no model."""
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from pld.acceptance_buckets import ROW
+from pld.token_tree import AcceptanceModel
+from pld.vllm import Drafter
+from pld.vllm_budget import PLAIN_EVERY, StepBudget, size_class
+from pld.width_budget import EXPLORE_EVERY
+
+from test_vllm_drafter import config
+
+
+class StepClock:
+    """Time that passes as vLLM's steps would: a step with w - 1 draft
+    tokens takes 1 + slope * (w - 1)."""
+
+    def __init__(self, slope: float) -> None:
+        self.t, self.slope = 0.0, slope
+
+    def __call__(self) -> float:
+        return self.t
+
+    def run_step(self, draft_tokens: int) -> None:
+        self.t += 1.0 + self.slope * draft_tokens
+
+
+def serve(slope: float, steps: int, accept, k: int = 8, rows: int = 1):
+    """A budget over ``rows`` chains of k tokens (3-gram matches) a step,
+    ``accept(j)`` of each j-token draft kept; the lengths chosen."""
+    clock = StepClock(slope)
+    budget = StepBudget(k, clock=clock)
+    candidate = (ROW, 3, 1, k)
+    chosen = []
+    for _ in range(steps):
+        budget.step(True, clock())
+        out = budget.choose([candidate] * rows, rows)
+        clock.run_step(sum(d for d, _ in out))
+        for d, predicted in out:
+            if d:
+                budget.accepted(candidate, d, accept(d), predicted)
+        chosen.append([d for d, _ in out])
+    return budget, chosen
+
+
+def test_cheap_steps_draft_everything_and_dear_ones_only_what_pays():
+    five = lambda d: min(d, 5)  # noqa: E731 - the text copies 5 tokens, then differs
+    _, cheap = serve(0.01, 300, five)
+    _, dear = serve(0.6, 300, five)
+    cheap_late = [sum(c) for c in cheap[200:]]
+    dear_late = [sum(c) for c in dear[200:]]
+    assert np.median(cheap_late) == 8
+    assert 0 < np.median(dear_late) < 8
+
+
+def test_the_learned_cost_follows_the_clock():
+    budget, _ = serve(0.25, 200, lambda d: d)
+    cost = budget.cost(size_class(1))
+    assert cost(1) == 1.0
+    assert cost(9) == pytest.approx(1 + 0.25 * 8, rel=0.05)
+
+
+def test_rejected_drafts_stop_and_are_tried_again():
+    _, chosen = serve(0.1, 300, lambda d: 0)
+    late = [c[0] for c in chosen[100:]]
+    assert sum(1 for d in late if d) <= len(late) // 8  # mostly no draft
+    assert any(late)  # but tried again now and then
+
+
+def test_a_step_without_drafts_every_plain_every_steps_under_a_learned_cost():
+    _, chosen = serve(0.001, 3 * PLAIN_EVERY + 2, lambda d: d)
+    plain = [i for i, c in enumerate(chosen) if not c[0]]
+    assert plain[0] == 0  # the first step measures the unit
+    assert all(b - a <= PLAIN_EVERY + 1 for a, b in zip(plain, plain[1:]))
+    assert len(plain) >= 3
+
+
+def test_a_fixed_cost_reads_no_clock_and_drafts_every_step_that_pays():
+    budget = StepBudget(4, verify_cost=0.01, clock=None)
+    candidate = (ROW, 3, 1, 4)
+    for _ in range(2 * PLAIN_EVERY):
+        budget.step(True, budget.now())
+        (d, _), = budget.choose([candidate], 1)
+        assert d == 4
+        budget.accepted(candidate, d, d, 3.0)
+
+
+def test_exploration_after_idle_steps():
+    budget = StepBudget(4, verify_cost=100.0)  # nothing ever pays
+    candidate = (ROW, 1, 1, 4)
+    lengths = [budget.choose([candidate, None], 1)[0][0] for _ in range(EXPLORE_EVERY)]
+    assert lengths == [0] * (EXPLORE_EVERY - 1) + [1]
+
+
+def test_the_batch_shares_one_forward_likeliest_tokens_first():
+    budget = StepBudget(6, verify_cost=0.1)
+    strong, weak = (ROW, 3, 3, 6), (ROW, 1, 1, 6)
+    (ds, ps), (dw, pw), (dn, pn) = budget.choose([strong, weak, None], 2)
+    assert ds > dw and dn == 0 and pn == 0.0
+    assert ps > pw >= 0.0
+    reach = budget.reach(*strong[:3])
+    assert ps == pytest.approx(sum(reach[:ds]))
+
+
+def test_observe_chain_counts_trials_up_to_the_first_rejection():
+    model = AcceptanceModel()
+    before = model.counts()
+    model.observe_chain(2, 1, proposed=5, accepted=2)
+    hits, trials = model.counts()
+    added_trials = {b: trials[b] - before[1][b] for b in trials if trials[b] != before[1][b]}
+    added_hits = {b: hits[b] - before[0][b] for b in hits if hits[b] != before[0][b]}
+    assert sum(added_trials.values()) == 3 and sum(added_hits.values()) == 2
+
+
+def test_the_drafter_drafts_less_when_its_drafts_fail():
+    """Through pld.vllm.Drafter: text that stops copying gets few drafts."""
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    seq = [3, 4, 5, 6] * 10
+    tokens[0, :len(seq)] = seq
+    drafter = Drafter(config(k=8, max_model_len=400))
+    clock = StepClock(0.1)
+    drafter.budget.clock = clock
+    sizes = []
+    for step in range(120):  # every draft rejected: the next token is new
+        draft = drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)[0]
+        clock.run_step(len(draft))
+        sizes.append(len(draft))
+        seq.append(40 + step % 7)
+        tokens[0, len(seq) - 1] = seq[-1]
+    assert max(sizes[:30]) >= 4  # at first: the prior's drafts
+    assert sum(sizes[60:]) < sum(sizes[:60]) / 2
+    assert sum(1 for d in sizes[60:] if d) <= 60 // 8  # then mostly none: a token now and then
+
+
+@pytest.mark.parametrize("bad", ["fast", -0.1, float("nan"), True, [0.1]])
+def test_bad_verify_cost_is_refused(bad):
+    with pytest.raises(ValueError, match="verify_cost"):
+        Drafter(config(verify_cost=bad))
+
+
+def test_verify_cost_learned_by_default_on_one_rank_fixed_on_several():
+    assert Drafter(config()).options.verify_cost is None
+    assert Drafter(config(tensor_parallel_size=4)).options.verify_cost == 0.05
+    assert Drafter(config(tensor_parallel_size=4, verify_cost="learned")).options.verify_cost is None
+    assert Drafter(config(verify_cost=0.2)).options.verify_cost == 0.2
+    assert Drafter(config(adaptive=False)).budget is None
