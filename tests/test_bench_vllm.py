@@ -114,3 +114,17 @@ def test_the_stream_part_runs_six_categories_in_order_on_each_engine(monkeypatch
     whole = {s["method"]: s for s in summary if s["task"] == "stream:all"}
     assert whole["pld-corpus"]["tokens_per_forward"] == pytest.approx(120 / 60)
     assert whole["pld"]["tokens_per_forward"] == pytest.approx(120 / 96)
+
+
+@pytest.mark.parametrize("name, value", [("stream_limit", 0), ("stream_limit", -3), ("limit", 0), ("k", 0),
+                                         ("max_new_tokens", 0), ("single", -1)])
+def test_counts_out_of_range_are_refused_before_any_engine_starts(monkeypatch, name, value):
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    vb.add_arguments(parser)
+    args = parser.parse_args(["--parts", "stream"])
+    setattr(args, name, value)
+    monkeypatch.setattr(vb, "start", lambda *a: pytest.fail("an engine started"))
+    with pytest.raises(ValueError, match="--" + name.replace("_", "-")):
+        vb.run(args)

@@ -38,6 +38,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from ..config import check_size
 from . import report
 
 METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "suffix", "pld", "pld-corpus")
@@ -356,6 +357,9 @@ def run(args: argparse.Namespace) -> int:
     parts = set(args.parts.split(","))
     if parts - {"drafter", "engine", "stream"}:
         raise ValueError(f"--parts: expected drafter, engine and/or stream, got {args.parts!r}")
+    for name, low in (("stream_limit", 1), ("limit", 1), ("single", 0), ("skip", 0), ("max_new_tokens", 1),
+                      ("k", 1), ("concurrency", 0), ("kv_cache_bytes", 1)):
+        check_size("--" + name.replace("_", "-"), getattr(args, name), low, 1 << 40)
     drafter = drafter_times(args.k) if "drafter" in parts else []
     rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
     summary = summarize(rows, [m for m in METHODS if any(r["method"] == m for r in rows)])
