@@ -408,8 +408,8 @@ class Drafter:
             return None
         draft = state.index.propose(want)
         if draft:
-            n = state.index.last_ngram
-            return state, draft, (ROW, n if n < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, 1, len(draft))
+            ngram = state.index.last_ngram
+            return state, draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, 1, len(draft))
         if self.corpus is None or not len(self.corpus):
             return None
         size = state.size
