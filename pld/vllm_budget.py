@@ -13,11 +13,10 @@ it adds to the step. Both sides are learned while the engine serves:
   without drafts, per batch-size class (pld.forward_cost.LearnedCost, fed
   with the time between two ``propose`` calls over the same requests; while
   it has timed one width of steps with drafts, the line through c(1) and
-  that width).
-  Every PLAIN_EVERY steps of a class, a step drafts nothing, so that its
-  unit stays current as the contexts grow. ``verify_cost`` (a number s)
-  fixes c(w) = 1 + s (w - 1) instead: no clock is read, so the drafts
-  depend on the tokens alone.
+  that width). After PLAIN_EVERY steps of a class in a row with drafts,
+  one drafts nothing, so that its unit stays current as the contexts grow.
+  ``verify_cost`` (a number s) fixes c(w) = 1 + s (w - 1) instead: no
+  clock is read, so the drafts depend on the tokens served alone.
 
 The plan takes the draft tokens likeliest to be reached across all
 requests (each request's first ones first) while the expected tokens of
@@ -42,8 +41,8 @@ from .forward_cost import LearnedCost
 from .token_tree import MAX_PROBABILITY, AcceptanceModel
 from .width_budget import EXPLORE_EVERY
 
-#: Steps of a batch-size class between two steps without drafts (the unit of
-#: its learned cost, t(1), kept current).
+#: Steps in a row with drafts after which a step of that batch-size class
+#: drafts nothing (the unit of its learned cost, t(1), kept current).
 PLAIN_EVERY = 64
 
 #: Steps a plan (a depth per bucket) is kept before it is made again with
