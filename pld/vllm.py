@@ -373,9 +373,11 @@ class Drafter:
     def _drafts(self, chains: Sequence[Optional[Chain]], decoding: int) -> List[List[int]]:
         """Each row's draft: its chain cut to the length the budget gives it
         (``adaptive``), or its own schedule (``"request"``), or whole."""
-        if self.budget is None:
-            return [self._whole(c) if c is not None else [] for c in chains]
-        chosen = self.budget.choose([c[2] if c is not None else None for c in chains], decoding)
+        if self.budget is not None:
+            chosen = self.budget.choose([c[2] if c is not None else None for c in chains], decoding)
+        else:
+            chosen = [(len(c[1]) if c[0].length is None else min(len(c[1]), c[0].length.length), 0.0)
+                      if c is not None else (0, 0.0) for c in chains]
         drafts: List[List[int]] = []
         for chain, (length, predicted) in zip(chains, chosen):
             if not length:
@@ -385,14 +387,6 @@ class Drafter:
             state.candidate, state.proposed, state.predicted = candidate, length, predicted
             drafts.append(tokens if length == len(tokens) else tokens[:length])
         return drafts
-
-    @staticmethod
-    def _whole(chain: Chain) -> List[int]:
-        """The chain, whole or (``"request"``) cut to its schedule."""
-        state, tokens, candidate = chain
-        length = len(tokens) if state.length is None or state.length.length > len(tokens) else state.length.length
-        state.candidate, state.proposed, state.predicted = candidate, length, 0.0
-        return tokens if length == len(tokens) else tokens[:length]
 
     def _chain(self, state: _Request, n: int) -> Optional[Chain]:
         """(the state, the tokens, (origin, n-gram, support, length)) of

@@ -38,7 +38,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .acceptance_buckets import NGRAM_BUCKETS, ROW
 from .forward_cost import LearnedCost
-from .token_tree import MAX_PROBABILITY, AcceptanceModel
+from .token_tree import AcceptanceModel
 from .width_budget import EXPLORE_EVERY
 
 #: Steps in a row with drafts after which a step of that batch-size class
@@ -116,12 +116,11 @@ class StepBudget:
         widths = learned.wide_widths() if learned is not None else 0
         if widths == 0:
             return lambda w: 1.0 + UNMEASURED_SLOPE * (w - 1)
-        t1, t2, b = learned.line()
-        if widths == 1:  # (the line is flat then): the line through c(1) and that width
+        if widths == 1:  # (the learned line is flat then): the line through c(1) and that width
             w0 = next(w for w, _ in learned.samples() if w >= 2)
-            slope = (max(t2 / t1, 1.0) - 1.0) / (w0 - 1)
+            slope = (learned(w0) - 1.0) / (w0 - 1)
             return lambda w: 1.0 + slope * (w - 1)
-        return lambda w: max((t2 + b * (w - 2)) / t1, 1.0) if w > 1 else 1.0
+        return learned
 
     # ---------------------------------------------------------- the choice
 
@@ -129,7 +128,7 @@ class StepBudget:
         """(draft length, its predicted accepted tokens) of each candidate
         (None: a row with nothing to draft) for a step of ``rows`` decoding
         rows."""
-        key = (rows - 1).bit_length() if rows > 1 else 0  # size_class(rows)
+        key = size_class(rows)
         since = self.since_plain.get(key, PLAIN_EVERY)
         if not rows or self.fixed is None and since >= PLAIN_EVERY:  # a step that measures t(1)
             chosen, drafted = [(0, 0.0)] * len(candidates), 0
@@ -195,8 +194,7 @@ class StepBudget:
                 for j in range(min(c[3], self.k)):
                     counts[j] += 1
         self._groups.update(wanting)
-        scale = self.model.scale
-        reaches = {g: [min(MAX_PROBABILITY, r * scale) for r in self._unscaled_reach(g)] for g in self._groups}
+        reaches = {g: self.reach(*g) for g in self._groups}
         items = sorted(((reaches[g][j], g, j, n) for g, counts in wanting.items() for j, n in enumerate(counts) if n),
                        key=lambda t: -t[0])
         gained, width, best = float(rows), 1, (float(rows), 1)
@@ -253,8 +251,7 @@ class StepBudget:
     def reach(self, origin: int, ngram: int, support: int) -> List[float]:
         """P(reached) of the draft's tokens at depths 1..k for a chain of
         this bucket (the model's rates along the chain, times its scale)."""
-        scale = self.model.scale
-        return [min(MAX_PROBABILITY, r * scale) for r in self._unscaled_reach((origin, ngram, support))]
+        return self.model.scaled(self._unscaled_reach((origin, ngram, support)))
 
     # --------------------------------------------------------- the outcome
 
