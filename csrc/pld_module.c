@@ -1587,6 +1587,247 @@ static PyObject *NgramIndex_repr(NgramIndexObject *self)
                                 pld_index_len(self->index));
 }
 
+/* ---- A row of a caller's token array, read in place (pld.vllm's drafter) */
+
+/* A C-contiguous buffer of integer ids of any size and sign, in the
+ * machine's byte order, read as a flat run of `len` items. */
+typedef struct {
+    Py_buffer view;
+    const char *data;
+    char kind; /* 'i' or 'u' */
+    int itemsize;
+    Py_ssize_t len;
+} id_run;
+
+/* run from obj's buffer (TypeError naming `arg` if it is not such a one).
+ * Call it after every conversion that can run Python code. */
+static int id_run_get(PyObject *obj, const char *arg, id_run *run)
+{
+    if (PyObject_GetBuffer(obj, &run->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        if (!error_is_replaceable(0))
+            return -1;
+        return raise_from_pending(PyExc_TypeError,
+                                  "%s: expected a C-contiguous array of integer ids, got %.100s",
+                                  arg, Py_TYPE(obj)->tp_name);
+    }
+    run->kind = buffer_kind(run->view.format);
+    run->itemsize = (int)run->view.itemsize;
+    if ((run->kind != 'i' && run->kind != 'u') ||
+        (run->itemsize != 1 && run->itemsize != 2 && run->itemsize != 4 && run->itemsize != 8)) {
+        PyErr_Format(PyExc_TypeError, "%s: expected integer ids, got buffer format '%.20s'", arg,
+                     run->view.format ? run->view.format : "B");
+        PyBuffer_Release(&run->view);
+        return -1;
+    }
+    run->data = run->view.buf;
+    run->len = run->view.len / run->itemsize;
+    return 0;
+}
+
+/* Whether the ids run[at + i] for i in [start, stop) equal have[start:stop]
+ * (an id that does not fit in int64 equals none). */
+static int id_run_equal(const id_run *run, Py_ssize_t at, const int64_t *have, Py_ssize_t start,
+                        Py_ssize_t stop)
+{
+    Py_ssize_t i;
+    const char *p = run->data + (at + start) * run->itemsize;
+    if (run->kind == 'i' && run->itemsize == 8)
+        return stop <= start || memcmp(p, have + start, (size_t)(stop - start) * 8) == 0;
+    if (run->kind == 'i' && run->itemsize == 4) { /* in blocks, each without a branch */
+        for (i = start; i < stop;) {
+            Py_ssize_t end = stop - i > 64 ? i + 64 : stop;
+            int64_t differ = 0;
+            for (; i < end; i++, p += 4) {
+                int32_t x;
+                memcpy(&x, p, 4);
+                differ |= (int64_t)x ^ have[i];
+            }
+            if (differ)
+                return 0;
+        }
+        return 1;
+    }
+    for (i = start; i < stop; i++, p += run->itemsize) {
+        int64_t x = 0;
+        if (run->kind == 'u' && run->itemsize == 8) {
+            uint64_t u;
+            memcpy(&u, p, 8);
+            if (u > (uint64_t)INT64_MAX)
+                return 0;
+            x = (int64_t)u;
+        } else {
+            (void)load_id(p, run->kind, run->itemsize, "", &x); /* fails only for that case */
+        }
+        if (x != have[i])
+            return 0;
+    }
+    return 1;
+}
+
+#define SPANS_MAX 8
+
+/* first_unequal(rows, at, start0, stop0, ...) -> int: the first (start,
+ * stop) pair for which the indexed tokens [start, stop) differ from the ids
+ * rows[at + start : at + stop], or the number of pairs when none does. */
+static PyObject *NgramIndex_first_unequal(NgramIndexObject *self, PyObject *const *args,
+                                          Py_ssize_t nargs)
+{
+    Py_ssize_t bounds[2 * SPANS_MAX], at = 0, pairs, i, have_len;
+    const int64_t *have;
+    id_run run;
+    if (nargs < 2 || (nargs - 2) % 2 != 0 || (nargs - 2) / 2 > SPANS_MAX) {
+        PyErr_Format(PyExc_TypeError,
+                     "first_unequal(rows, at, start, stop, ...) takes up to %d (start, stop) "
+                     "pairs, got %zd arguments",
+                     SPANS_MAX, nargs);
+        return NULL;
+    }
+    /* the ints first (exact ints only: no Python code runs), then the buffer */
+    pairs = (nargs - 2) / 2;
+    for (i = 0; i < 1 + 2 * pairs; i++) {
+        Py_ssize_t v;
+        if (!PyLong_CheckExact(args[1 + i])) {
+            PyErr_Format(PyExc_TypeError, "first_unequal: at, start and stop must be ints, got %.100s",
+                         Py_TYPE(args[1 + i])->tp_name);
+            return NULL;
+        }
+        v = PyLong_AsSsize_t(args[1 + i]);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        if (i == 0)
+            at = v;
+        else
+            bounds[i - 1] = v;
+    }
+    if (id_run_get(args[0], "rows", &run) < 0)
+        return NULL;
+    if (index_check(self) < 0) { /* (a buffer export may have run Python code) */
+        PyBuffer_Release(&run.view);
+        return NULL;
+    }
+    have = pld_index_tokens(self->index);
+    have_len = (Py_ssize_t)pld_index_len(self->index);
+    for (i = 0; i < pairs; i++) {
+        Py_ssize_t start = bounds[2 * i], stop = bounds[2 * i + 1];
+        if (at < 0 || start < 0 || stop < start || stop > have_len || at > run.len ||
+            stop > run.len - at) {
+            PyErr_Format(PyExc_ValueError,
+                         "first_unequal: span %zd, [%zd, %zd), is outside the %zd tokens indexed "
+                         "or the %zd ids of rows from %zd on",
+                         i, start, stop, have_len, run.len, at);
+            PyBuffer_Release(&run.view);
+            return NULL;
+        }
+    }
+    for (i = 0; i < pairs; i++)
+        if (!id_run_equal(&run, at, have, bounds[2 * i], bounds[2 * i + 1]))
+            break;
+    PyBuffer_Release(&run.view);
+    return PyLong_FromSsize_t(i);
+}
+
+/* follow(rows, at, n, want) -> list: extend by the ids rows[at + len(self) :
+ * at + n] (n >= len(self)), then propose(want) (want 0: no proposal, []). */
+static PyObject *NgramIndex_follow(NgramIndexObject *self, PyObject *const *args,
+                                   Py_ssize_t nargs)
+{
+    Py_ssize_t at, i;
+    size_t n, want, len, count;
+    id_run run;
+    pld_status st = PLD_OK;
+    PyObject *result = NULL;
+    int64_t *scratch = NULL;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "follow(rows, at, n, want) takes 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    if (!PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "follow: at, n and want must be ints");
+        return NULL;
+    }
+    at = PyLong_AsSsize_t(args[1]);
+    if (at == -1 && PyErr_Occurred())
+        return NULL;
+    if (at < 0) {
+        PyErr_Format(PyExc_ValueError, "follow: at must be >= 0, got %zd", at);
+        return NULL;
+    }
+    if (parse_size(args[2], "n", 0, PY_SSIZE_T_MAX, &n) < 0 ||
+        parse_size(args[3], "want", 0, PLD_MAX_DRAFT, &want) < 0)
+        return NULL;
+    if (id_run_get(args[0], "rows", &run) < 0)
+        return NULL;
+    if (index_check(self) < 0) /* (a buffer export may have run Python code) */
+        goto done;
+    len = pld_index_len(self->index);
+    if (n < len) {
+        PyErr_Format(PyExc_ValueError, "follow: n (%zu) is below the %zu tokens indexed", n, len);
+        goto done;
+    }
+    if (at > run.len || (Py_ssize_t)n > run.len - at) {
+        PyErr_Format(PyExc_ValueError, "follow: rows holds %zd ids, not %zu from %zd on", run.len,
+                     n, at);
+        goto done;
+    }
+    count = n - len;
+    if (count) {
+        const char *p = run.data + (at + (Py_ssize_t)len) * run.itemsize;
+        self->busy = 1;
+        if (run.kind == 'i' && run.itemsize == 4 && is_aligned(p, 4)) {
+            PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
+                                  st = pld_index_extend_i32(self->index, (const int32_t *)p, count));
+        } else if (run.kind == 'i' && run.itemsize == 8 && is_aligned(p, 8)) {
+            PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
+                                  st = pld_index_extend(self->index, (const int64_t *)p, count));
+        } else {
+            scratch = PyMem_Malloc(count * sizeof(int64_t));
+            if (scratch == NULL) {
+                self->busy = 0;
+                PyErr_NoMemory();
+                goto done;
+            }
+            for (i = 0; i < (Py_ssize_t)count; i++)
+                if (load_id(p + i * run.itemsize, run.kind, run.itemsize, "rows", &scratch[i]) < 0) {
+                    self->busy = 0;
+                    goto done;
+                }
+            st = pld_index_extend(self->index, scratch, count);
+        }
+        self->busy = 0;
+        if (st != PLD_OK) {
+            raise_status(st, "rows");
+            goto done;
+        }
+    }
+    if (want == 0) {
+        self->last_ngram = 0;
+        result = PyList_New(0);
+        goto done;
+    }
+    if (want > self->draft_cap) {
+        int64_t *d = PyMem_Realloc(self->draft, want * sizeof(int64_t));
+        if (d == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        self->draft = d;
+        self->draft_cap = want;
+    }
+    {
+        pld_lookup_opts opts;
+        opts.semantics = PLD_SEED;
+        opts.max_length = -1;
+        opts.eos = NULL;
+        opts.n_eos = 0;
+        n = pld_index_propose_n(self->index, want, &opts, self->draft, &self->last_ngram);
+    }
+    result = draft_list(self->draft, n, self->int_cache_ok);
+done:
+    PyMem_Free(scratch);
+    PyBuffer_Release(&run.view);
+    return result;
+}
+
 static PyMethodDef NgramIndex_methods[] = {
     {"extend", (PyCFunction)NgramIndex_extend, METH_O,
      "extend(tokens)\n--\n\nAppend one token id, or a sequence of ids, a 1-D C-contiguous integer\n"
@@ -1623,6 +1864,17 @@ static PyMethodDef NgramIndex_methods[] = {
      "truncate(n)\n--\n\nKeep the first n tokens."},
     {"tokens", (PyCFunction)NgramIndex_tokens, METH_NOARGS,
      "tokens()\n--\n\nThe indexed sequence as a list of ints."},
+    {"first_unequal", (PyCFunction)(void (*)(void))NgramIndex_first_unequal, METH_FASTCALL,
+     "first_unequal(rows, at, start0, stop0, ...)\n--\n\nThe first (start, stop) pair (at most "
+     "8) for which the indexed tokens [start, stop)\ndiffer from the ids rows[at + start : at + "
+     "stop], or the number of pairs when none\ndoes. rows: a C-contiguous buffer of integer ids "
+     "(any size and sign, native byte\norder), read flat; every span is checked (ValueError) "
+     "before any is compared."},
+    {"follow", (PyCFunction)(void (*)(void))NgramIndex_follow, METH_FASTCALL,
+     "follow(rows, at, n, want)\n--\n\nExtend by the ids rows[at + len : at + n] (len: the "
+     "tokens indexed, n >= len;\nrows as for first_unequal), then return propose(want) "
+     "(want 0: [], no lookup).\nOne call for a step of a row that grew in a caller's token "
+     "array."},
     {NULL, NULL, 0, NULL}};
 
 /* A read-only attribute: fn(self, which) serves several. */
@@ -2353,80 +2605,6 @@ error:
 
 /* ================================================================== module */
 
-/* _first_unequal_span(a, b, b_start, itemsize, start0, stop0, start1, stop1,
- * ...) -> int: the index of the first (start, stop) pair for which the items
- * a[start:stop] and b[b_start + start:b_start + stop] (itemsize bytes each,
- * compared as bytes) differ, or the number of pairs when none does. a and b:
- * any C-contiguous buffers (bytes, bytearray, memoryview, a NumPy array, read
- * as their bytes); every span is checked against both before any is compared
- * (ValueError). At most SPANS_MAX pairs. A pure function, for pld.vllm's
- * drafter: its checks of a row against the tokens it holds, in one call. */
-#define SPANS_MAX 8
-
-static PyObject *py_first_unequal_span(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    Py_ssize_t bounds[2 * SPANS_MAX], b_start, size, pairs, i, items_a, items_b;
-    Py_buffer a, b;
-    PyObject *out = NULL;
-    (void)self;
-    if (nargs < 4 || (nargs - 4) % 2 != 0 || (nargs - 4) / 2 > SPANS_MAX) {
-        PyErr_Format(PyExc_TypeError,
-                     "_first_unequal_span(a, b, b_start, itemsize, start, stop, ...) takes up to "
-                     "%d (start, stop) pairs, got %zd arguments",
-                     SPANS_MAX, nargs);
-        return NULL;
-    }
-    /* the ints first (PyLong_AsSsize_t runs no Python code), then the buffers */
-    b_start = PyLong_AsSsize_t(args[2]);
-    if (b_start == -1 && PyErr_Occurred())
-        return NULL;
-    size = PyLong_AsSsize_t(args[3]);
-    if (size == -1 && PyErr_Occurred())
-        return NULL;
-    if (b_start < 0 || size < 1) {
-        PyErr_Format(PyExc_ValueError, "b_start must be >= 0 and itemsize >= 1, got %zd and %zd",
-                     b_start, size);
-        return NULL;
-    }
-    pairs = (nargs - 4) / 2;
-    for (i = 0; i < 2 * pairs; i++) {
-        bounds[i] = PyLong_AsSsize_t(args[4 + i]);
-        if (bounds[i] == -1 && PyErr_Occurred())
-            return NULL;
-    }
-    if (PyObject_GetBuffer(args[0], &a, PyBUF_SIMPLE) < 0)
-        return NULL;
-    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE) < 0) {
-        PyBuffer_Release(&a);
-        return NULL;
-    }
-    items_a = a.len / size;
-    items_b = b.len / size;
-    for (i = 0; i < pairs; i++) {
-        Py_ssize_t start = bounds[2 * i], stop = bounds[2 * i + 1];
-        if (start < 0 || stop < start || stop > items_a || b_start > items_b ||
-            stop > items_b - b_start) {
-            PyErr_Format(PyExc_ValueError,
-                         "span %zd, [%zd, %zd) of a and from %zd on of b, is outside them (%zd "
-                         "and %zd items)",
-                         i, start, stop, b_start, items_a, items_b);
-            goto done;
-        }
-    }
-    for (i = 0; i < pairs; i++) {
-        Py_ssize_t start = bounds[2 * i], stop = bounds[2 * i + 1];
-        if (stop > start && memcmp((const char *)a.buf + start * size,
-                                   (const char *)b.buf + (b_start + start) * size,
-                                   (size_t)(stop - start) * (size_t)size) != 0)
-            break;
-    }
-    out = PyLong_FromSsize_t(i);
-done:
-    PyBuffer_Release(&b);
-    PyBuffer_Release(&a);
-    return out;
-}
-
 /* _ngram_tag(tokens, seed=0) -> int: the tag an index keyed by seed files
  * the n-gram `tokens` under. */
 static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2458,10 +2636,6 @@ static PyMethodDef module_methods[] = {
     {"_ngram_tag", (PyCFunction)(void (*)(void))py_ngram_tag, METH_FASTCALL,
      "_ngram_tag(tokens, seed=0) -> int: the hash tag of an n-gram in an index keyed by seed "
      "(for tests)"},
-    {"_first_unequal_span", (PyCFunction)(void (*)(void))py_first_unequal_span, METH_FASTCALL,
-     "_first_unequal_span(a, b, b_start, itemsize, start0, stop0, ...) -> int: the first "
-     "pair for which a[start:stop] and b[b_start + start:b_start + stop] (items of itemsize "
-     "bytes) differ, or the number of pairs (for pld.vllm)"},
     {"_find_candidate", (PyCFunction)(void (*)(void))py_find_candidate, METH_FASTCALL,
      "_find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics, "
      "max_length, eos_token_id) -> (start, count)"},

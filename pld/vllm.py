@@ -46,7 +46,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import struct
 import time
 import weakref
 from collections import OrderedDict
@@ -55,11 +54,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _core
-from ._core import _first_unequal_span
 from .acceptance_buckets import CORPUS, NGRAM_BUCKETS, ROW, SUPPORT_BUCKETS
 from .config import check_size
 from .draft_length import DraftLength
-from .vllm_budget import StepBudget
+from .vllm_budget import Candidate, StepBudget
 
 logger = logging.getLogger("pld")
 
@@ -74,7 +72,7 @@ MULTI_RANK_VERIFY_COST = 0.05
 
 #: A row's longest draft: (its request's state, the tokens, the bucket:
 #: pld.vllm_budget.Candidate).
-Chain = Tuple["_Request", List[int], Tuple[int, int, int, int]]
+Chain = Tuple["_Request", List[int], Candidate]
 
 
 class DrafterOptions:
@@ -140,26 +138,18 @@ def _path(name: str, value: Any) -> Optional[str]:
 
 
 class _Request:
-    """One request's drafting state: its index, a copy of its tokens (for
-    recognition), where its output starts, and its last draft (its bucket,
-    length and predicted gain, until vLLM says what it kept).
+    """One request's drafting state: its index (which holds its tokens, and
+    so recognises it too), where its output starts, and its last draft (its
+    bucket, length and predicted gain, until vLLM says what it kept).
 
-    ``held`` is exactly the bytes of the first ``n`` tokens (``size`` bytes
-    each, of ``dtype``, as the token array holds them); a step's checks
-    compare spans of it with the same spans of the row in one C call
-    (``_core._first_unequal_span``: a memcmp each), and a step's token is
-    read as an int, so the step builds no array."""
+    A step reads the row in place, in the token array: one C call checks
+    spans of it against the tokens indexed (``NgramIndex.first_unequal``),
+    one takes the tokens accepted and proposes (``NgramIndex.follow``)."""
 
-    __slots__ = ("index", "held", "size", "dtype", "pack", "n", "prompt", "cursor", "candidate", "proposed",
-                 "predicted", "length", "key")
+    __slots__ = ("index", "n", "prompt", "cursor", "candidate", "proposed", "predicted", "length", "key")
 
-    def __init__(self, tokens: np.ndarray, i: int, n: int, prompt: int, options: DrafterOptions,
-                 pack: Any) -> None:
+    def __init__(self, prompt: int, options: DrafterOptions) -> None:
         self.index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
-        self.held = bytearray()
-        self.size = tokens.itemsize
-        self.dtype = tokens.dtype
-        self.pack = pack  # an id -> its bytes in the token array
         self.n = 0
         self.prompt = prompt
         self.cursor = 0
@@ -167,33 +157,21 @@ class _Request:
         self.proposed = 0
         self.predicted = 0.0
         self.length = DraftLength(options.k, adaptive=True) if options.adaptive == "request" else None
-        self.key = b""
-        self.append(tokens, i, n)
+        self.key: Tuple[int, ...] = ()
 
-    @property
-    def tokens(self) -> np.ndarray:
-        """A copy of the tokens held."""
-        return np.frombuffer(bytes(self.held), dtype=self.dtype)
-
-    def append(self, tokens: np.ndarray, i: int, n: int) -> None:
-        """Take tokens[i, self.n:n] (the tokens accepted since the last step)."""
-        a = self.n
-        if n - a == 1:  # the usual step: one token, as an int
-            token = tokens.item(i, a)
-            self.held += self.pack(token)
-            self.index.extend(token)
-        else:
-            new = tokens[i, a:n]
-            self.held += memoryview(new)  # (bytes: an array would add as an array)
-            self.index.extend(new)
+    def follow(self, tokens: np.ndarray, at: int, n: int, want: int) -> List[int]:
+        """Take the row's tokens [self.n, n) (the row starts at flat index
+        ``at`` of ``tokens``; n >= self.n), then the draft of at most
+        ``want`` tokens (none if 0)."""
+        draft = self.index.follow(tokens, at, n, want)
         self.n = n
+        return draft
 
     def truncate(self, n: int) -> None:
         """Keep the first n tokens; the drafts' history starts again (a
         request that shares them, or lost tokens, drafts as a fresh one
         would, so that a seeded request repeats)."""
         self.index.truncate(n)
-        del self.held[n * self.size:]
         self.n = n
         self.cursor = 0
         self.prompt = min(self.prompt, n)
@@ -209,8 +187,8 @@ class _Request:
         m = self.n if self.n < limit else limit
         c = self.cursor if self.cursor < m else 0
         e = c + WINDOW if c + WINDOW < m else m
-        unequal = _first_unequal_span(self.held, tokens, at, self.size, 0, m if m < HEAD else HEAD,
-                                      m - TAIL if m > TAIL else 0, m, c, e)
+        unequal = self.index.first_unequal(tokens, at, 0, m if m < HEAD else HEAD, m - TAIL if m > TAIL else 0,
+                                           m, c, e)
         if unequal < 2:  # the head or the tail differs
             return False
         self.cursor = e
@@ -219,10 +197,10 @@ class _Request:
     def is_prefix_of(self, tokens: np.ndarray, at: int, limit: int) -> bool:
         """Whether the tokens held are exactly the first n of the row at
         ``at`` (n <= limit <= the row's width)."""
-        return self.n <= limit and _first_unequal_span(self.held, tokens, at, self.size, 0, self.n) == 1
+        return self.n <= limit and self.index.first_unequal(tokens, at, 0, self.n) == 1
 
     def output(self) -> List[int]:
-        return np.frombuffer(self.held[self.prompt * self.size:], dtype=self.dtype).tolist()
+        return self.index.tokens()[self.prompt:]
 
 
 class Drafter:
@@ -251,9 +229,8 @@ class Drafter:
         self.corpus = _open_corpus(self.options, model)
         self._closed = False
         self._saved_at: Optional[float] = None
-        self._dtype: Optional[np.dtype] = None  # of the token arrays the states were read from
-        self._pack: Any = None  # an id -> its bytes in such an array
         self._array: Optional[np.ndarray] = None  # the token array last checked, if read as it is
+        self._dtype: Optional[np.dtype] = None  # and its dtype then
         atexit.register(_close_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------- the step
@@ -267,41 +244,44 @@ class Drafter:
         drafting itself fail, the step goes on without drafts (an error on
         the "pld" logger) and every request starts a fresh index."""
         try:
-            now = self.budget.now() if self.budget is not None else 0.0
-            lengths = np.asarray(num_tokens_no_spec[:len(sampled_token_ids)]).tolist()
+            lengths = num_tokens_no_spec[:len(sampled_token_ids)]
+            lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else np.asarray(lengths).tolist()
             tokens = token_ids_cpu
             if tokens is not self._array or tokens.dtype is not self._dtype:
                 tokens = self._readable(tokens)
             width = tokens.shape[1]  # row i starts at flat index i * width
             claimed = self._recognise(tokens, lengths, width)
-            if self.budget is not None:  # the last step's time, if it served these same requests
-                all_decoding = all(sampled_token_ids)
-                self.budget.step(all_decoding and self._all_decoding and claimed == self.rows, now)
-                self._all_decoding = all_decoding
+            all_decoding = all(sampled_token_ids)  # (the last step's time, if it served these same requests)
+            same_rows = all_decoding and self._all_decoding and claimed == self.rows
+            self._all_decoding = all_decoding
             chains: List[Optional[Chain]] = []
+            candidates: List[Optional[Candidate]] = []
             decoding = 0
+            max_len = self.options.max_model_len
             for i, sampled in enumerate(sampled_token_ids):
                 n = lengths[i]
-                if not sampled or n >= self.options.max_model_len:
+                if not sampled or n >= max_len:
                     chains.append(None)
+                    candidates.append(None)
                     continue
                 if not 0 <= n <= width:
                     raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
+                at = i * width
                 state = claimed.get(i)
                 if state is None:
-                    state = claimed[i] = self._find(tokens, i, i * width, n, claimed) or \
-                        _Request(tokens, i, n, n - len(sampled), self.options, self._pack)
+                    state = claimed[i] = self._find(tokens, i, at, n, claimed) or \
+                        _Request(n - len(sampled), self.options)
                 if state.proposed:  # how the last draft fared
                     self._fared(state, len(sampled) - 1)
-                if n > state.n:  # the tokens accepted
-                    state.append(tokens, i, n)
-                elif n < state.n:  # tokens vLLM discarded
+                if n < state.n:  # tokens vLLM discarded
                     state.truncate(n)
-                if n < HEAD or len(state.key) < HEAD * state.size:  # the key: tokens[:min(HEAD, n)]
-                    self._key(state)
+                if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
+                    self._key(state, tokens, i, n)
                 decoding += 1
-                chains.append(self._chain(state, n))
-            drafts = self._drafts(chains, decoding)
+                chain = self._chain(state, tokens, at, n)
+                chains.append(chain)
+                candidates.append(chain[2] if chain is not None else None)
+            drafts = self._drafts(chains, candidates, decoding, same_rows)
             if claimed != self.rows:  # (the states compare by identity)
                 self._release(claimed)
             return drafts
@@ -333,10 +313,10 @@ class Drafter:
 
     def _readable(self, array: Any) -> np.ndarray:
         """The token array as the states read it: [rows, width] native
-        integers, C-contiguous (a copy otherwise: vLLM's is). The states
-        hold bytes of one dtype: another drops them, as a failed step does.
-        An array already so is remembered: while the same one comes back
-        (vLLM passes the same array every step), only its dtype is checked."""
+        integers, C-contiguous (a copy otherwise: vLLM's is). An array
+        already so is remembered: while the same one comes back with the
+        same dtype (vLLM passes the same array every step), it is read as
+        it is."""
         if not isinstance(array, np.ndarray):
             raise TypeError(f"token_ids_cpu: expected a NumPy array, got {type(array).__name__}")
         tokens = array
@@ -345,15 +325,8 @@ class Drafter:
                             f"{tokens.ndim} dimensions of {tokens.dtype}")
         if not tokens.dtype.isnative or not tokens.flags.c_contiguous:
             tokens = np.ascontiguousarray(tokens, dtype=tokens.dtype.newbyteorder("="))
-        if tokens.dtype != self._dtype:
-            pack = struct.Struct(tokens.dtype.char)  # the C type NumPy names, as struct names it
-            if pack.size != tokens.itemsize:
-                raise TypeError(f"token_ids_cpu: {tokens.dtype} ids cannot be packed as {tokens.dtype.char!r}")
-            if self._dtype is not None:
-                self.rows, self.keys, self.pool = {}, {}, OrderedDict()
-            self._pack = pack.pack
-        self._dtype = tokens.dtype
         self._array = array if tokens is array else None
+        self._dtype = array.dtype
         return tokens
 
     def _find(self, tokens: np.ndarray, i: int, at: int, n: int, claimed: Dict[int, _Request]
@@ -363,18 +336,19 @@ class Drafter:
         for a new, moved or resumed request)."""
         taken = {id(s) for s in claimed.values()}
         best = None
-        for state in self.keys.get(tokens[i, :min(HEAD, n)].tobytes(), ()):
+        for state in self.keys.get(tuple(tokens[i, :min(HEAD, n)].tolist()), ()):
             if id(state) not in taken and state.is_prefix_of(tokens, at, n) and (best is None or state.n > best.n):
                 best = state
         if best is not None:
             self.pool.pop(id(best), None)
         return best
 
-    def _drafts(self, chains: Sequence[Optional[Chain]], decoding: int) -> List[List[int]]:
+    def _drafts(self, chains: Sequence[Optional[Chain]], candidates: Sequence[Optional[Candidate]], decoding: int,
+                same_rows: bool) -> List[List[int]]:
         """Each row's draft: its chain cut to the length the budget gives it
         (``adaptive``), or its own schedule (``"request"``), or whole."""
         if self.budget is not None:
-            chosen = self.budget.choose([c[2] if c is not None else None for c in chains], decoding)
+            chosen = self.budget.choose(candidates, decoding, same_rows)
         else:
             chosen = [(len(c[1]) if c[0].length is None else min(len(c[1]), c[0].length.length), 0.0)
                       if c is not None else (0, 0.0) for c in chains]
@@ -388,27 +362,25 @@ class Drafter:
             drafts.append(tokens if length == len(tokens) else tokens[:length])
         return drafts
 
-    def _chain(self, state: _Request, n: int) -> Optional[Chain]:
-        """(the state, the tokens, (origin, n-gram, support, length)) of
-        the longest draft the request's index (or, where it has no match,
-        the corpus) holds, at most k and the room left; None if there is
-        none (or the request's own schedule skips this step)."""
-        if state.length is not None and not state.length.next():
-            return None
+    def _chain(self, state: _Request, tokens: np.ndarray, at: int, n: int) -> Optional[Chain]:
+        """The request takes its row's new tokens (the row starts at flat
+        index ``at``; n of them now); then (the state, the tokens, (origin,
+        n-gram, support, length)) of the longest draft its index (or, where
+        it has no match, the corpus) holds, at most k and the room left;
+        None if there is none (or the request's own schedule skips this
+        step)."""
         want = self.options.max_model_len - n
         if want > self.options.k:
             want = self.options.k
-        if want <= 0:
-            return None
-        draft = state.index.propose(want)
+        if want < 0 or state.length is not None and not state.length.next():
+            want = 0
+        draft = state.follow(tokens, at, n, want)
         if draft:
             ngram = state.index.last_ngram
             return state, draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, 1, len(draft))
-        if self.corpus is None or not len(self.corpus):
+        if not want or self.corpus is None or not len(self.corpus):
             return None
-        size = state.size
-        context = np.frombuffer(state.held[max(0, n - self.corpus.max_ngram_size) * size:n * size],
-                                dtype=state.dtype)
+        context = tokens.reshape(-1)[at + max(0, n - self.corpus.max_ngram_size):at + n]
         chain = best_chain(*self.corpus.propose_tree(context, want))
         if not len(chain):
             return None
@@ -417,10 +389,10 @@ class Drafter:
 
     # ------------------------------------------------------ states and keys
 
-    def _key(self, state: _Request) -> None:
-        """File the state under its head tokens (again, while it has fewer
-        than HEAD)."""
-        key = bytes(state.held[:min(HEAD, state.n) * state.size])
+    def _key(self, state: _Request, tokens: np.ndarray, i: int, n: int) -> None:
+        """File the state of row i (n tokens, its own) under its head
+        tokens (again, while it has fewer than HEAD)."""
+        key = tuple(tokens[i, :min(HEAD, n)].tolist())
         if key == state.key:
             return
         self._unkey(state)

@@ -57,6 +57,7 @@ UNMEASURED_SLOPE = 0.02
 #: 1..SUPPORT_BUCKETS, tokens in the chain >= 1).
 Candidate = Tuple[int, int, int, int]
 Group = Tuple[int, int, int]
+NOTHING = (0, 0.0)  # no draft, none predicted
 
 
 def size_class(rows: int) -> int:
@@ -65,9 +66,9 @@ def size_class(rows: int) -> int:
 
 
 class StepBudget:
-    """The draft lengths of a vLLM step: :meth:`now` and :meth:`step` at the
-    start of every ``propose`` call, :meth:`choose` before the drafts go
-    out, :meth:`accepted` with what vLLM kept of each."""
+    """The draft lengths of a vLLM step: :meth:`choose` once a ``propose``
+    call, before the drafts go out, and :meth:`accepted` with what vLLM
+    kept of each."""
 
     def __init__(self, k: int, verify_cost: Optional[float] = None,
                  clock: Callable[[], float] = time.perf_counter) -> None:
@@ -79,10 +80,10 @@ class StepBudget:
         self.since_plain: Dict[int, int] = {}
         self._idle = 0
         self._last: Optional[Tuple[float, int, int]] = None  # (time, size class, width) of the last step
-        self._now = 0.0  # when this step's call began
         self._outcomes: List[Tuple[Group, int, int, float]] = []  # learned at the next plan
         self._timed: List[Tuple[int, int, float]] = []  # (size class, width, seconds): likewise
         self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, cumulative reach)
+        self._chosen: Dict[Candidate, Tuple[int, float]] = {}  # what the plan gives a candidate
         self._groups = {(ROW, n, 1) for n in range(1, NGRAM_BUCKETS)}  # the buckets a plan covers
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
         self._stale: set = set()
@@ -90,22 +91,6 @@ class StepBudget:
         self._plan_age = REPLAN_EVERY
 
     # ----------------------------------------------------------- the cost
-
-    def now(self) -> float:
-        """The clock, read at the start of a ``propose`` call (0.0 under a
-        fixed cost: no clock is read)."""
-        return self.clock() if self.fixed is None else 0.0
-
-    def step(self, same_rows: bool, now: float) -> None:
-        """A ``propose`` call began at ``now``. If it serves the same
-        requests as the last (``same_rows``: no arrival, departure or
-        prefill since), the time since the last is a sample of that step's
-        cost (learned at the next plan)."""
-        last = self._last
-        if same_rows and last is not None:
-            self._timed.append((last[1], last[2], now - last[0]))
-        self._last = None
-        self._now = now
 
     def cost(self, key: int) -> Callable[[int], float]:
         """c(w) of a step of batch-size class ``key``."""
@@ -124,14 +109,23 @@ class StepBudget:
 
     # ---------------------------------------------------------- the choice
 
-    def choose(self, candidates: Sequence[Optional[Candidate]], rows: int) -> List[Tuple[int, float]]:
+    def choose(self, candidates: Sequence[Optional[Candidate]], rows: int,
+               same_rows: bool = False) -> List[Tuple[int, float]]:
         """(draft length, its predicted accepted tokens) of each candidate
         (None: a row with nothing to draft) for a step of ``rows`` decoding
-        rows."""
+        rows. Under a learned cost the clock is read: if this step serves
+        the same requests as the last (``same_rows``: no arrival, departure
+        or prefill since), the time since the last call is a sample of that
+        step's cost (learned at the next plan)."""
+        learned = self.fixed is None
+        if learned:
+            now, last = self.clock(), self._last
+            if same_rows and last is not None:
+                self._timed.append((last[1], last[2], now - last[0]))
         key = size_class(rows)
         since = self.since_plain.get(key, PLAIN_EVERY)
-        if not rows or self.fixed is None and since >= PLAIN_EVERY:  # a step that measures t(1)
-            chosen, drafted = [(0, 0.0)] * len(candidates), 0
+        if not rows or learned and since >= PLAIN_EVERY:  # a step that measures t(1)
+            chosen, drafted = [NOTHING] * len(candidates), 0
         else:
             if self._plan_age >= REPLAN_EVERY or key != self._plan_key:
                 self._replan(candidates, rows, key)
@@ -147,29 +141,32 @@ class StepBudget:
                 if self._idle >= EXPLORE_EVERY:  # try the drafts judged not to pay again
                     self._idle = 0
                     chosen, drafted = self._first_tokens(candidates)
-        self.since_plain[key] = 0 if not drafted else since + 1
+        self.since_plain[key] = since + 1 if drafted else 0
         self._plan_age += 1
-        if self.fixed is None and rows:
-            self._last = (self._now, key, 1 + drafted)  # (the time from one call's start to the next's)
+        if learned:  # (the time from this call to the next)
+            self._last = (now, key, 1 + drafted) if rows else None
         return chosen
 
     def _planned(self, candidates: Sequence[Optional[Candidate]]
                  ) -> Optional[Tuple[List[Tuple[int, float]], int, bool]]:
         """(the plan's lengths, their sum, whether any candidate had a
         token), or None if a candidate's bucket is not in the plan."""
-        plan = self._plan
+        chosen = self._chosen
         out = []
         drafted, wanted = 0, False
         for c in candidates:
             if c is None:
-                out.append((0, 0.0))
+                out.append(NOTHING)
                 continue
-            planned = plan.get(c[:3])
-            if planned is None:
-                return None
-            d = c[3] if c[3] < planned[0] else planned[0]
-            out.append((d, planned[1][d]))
-            drafted += d
+            got = chosen.get(c)
+            if got is None:  # (the plan's choice for this candidate, kept until the next plan)
+                planned = self._plan.get(c[:3])
+                if planned is None:
+                    return None
+                d = c[3] if c[3] < planned[0] else planned[0]
+                got = chosen[c] = (d, planned[1][d])
+            out.append(got)
+            drafted += got[0]
             wanted = True
         return out, drafted, wanted
 
@@ -219,6 +216,7 @@ class StepBudget:
                     break
                 rate, depth[group] = more, j + 1
         self._plan = {g: (depth[g], [0.0] + list(itertools.accumulate(r))) for g, r in reaches.items()}
+        self._chosen = {}
         self._plan_key, self._plan_age = key, 0
 
     def _learn(self) -> None:

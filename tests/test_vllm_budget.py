@@ -40,8 +40,7 @@ def serve(slope: float, steps: int, accept, k: int = 8, rows: int = 1):
     candidate = (ROW, 3, 1, k)
     chosen = []
     for _ in range(steps):
-        budget.step(True, clock())
-        out = budget.choose([candidate] * rows, rows)
+        out = budget.choose([candidate] * rows, rows, same_rows=True)
         clock.run_step(sum(d for d, _ in out))
         for d, predicted in out:
             if d:
@@ -86,8 +85,7 @@ def test_a_fixed_cost_reads_no_clock_and_drafts_every_step_that_pays():
     budget = StepBudget(4, verify_cost=0.01, clock=None)
     candidate = (ROW, 3, 1, 4)
     for _ in range(2 * PLAIN_EVERY):
-        budget.step(True, budget.now())
-        (d, _), = budget.choose([candidate], 1)
+        (d, _), = budget.choose([candidate], 1, same_rows=True)
         assert d == 4
         budget.accepted(candidate, d, d, 3.0)
 

@@ -218,7 +218,7 @@ def test_a_look_alike_request_is_caught_by_the_rolling_check():
             break
     else:
         pytest.fail("the look-alike request was never told apart")
-    assert drafter.rows[0].tokens[:n].tolist() == b
+    assert drafter.rows[0].index.tokens()[:n] == b
 
 
 def _periodic_row():
@@ -245,7 +245,7 @@ def test_a_request_differing_in_its_head_or_tail_is_told_apart_at_once(where):
     tokens[0, :n] = b  # another request takes the row, as long
     drafter.propose([[b[-1]]], np.array([n]), tokens)
     assert drafter.rows[0] is not first
-    assert drafter.rows[0].tokens[:n].tolist() == b
+    assert drafter.rows[0].index.tokens()[:n] == b
 
 
 def test_the_rolling_window_moves_on_once_the_head_and_tail_match():
@@ -482,68 +482,113 @@ def test_a_failure_inside_drafting_costs_a_step_its_drafts_not_the_engine(caplog
     assert drafter.propose([[8]], np.array([9]), tokens) == [[9, 10, 11, 12]]
 
 
-# ------------------------------------------------ the row checks' C helper
+# ------------------------------------------------ the C calls a step makes on a row
 
-def test_first_unequal_span_names_the_first_span_that_differs():
-    a = np.arange(40, dtype=np.int32)
-    b = np.stack([np.full(40, -1, dtype=np.int32), a])  # a is row 1 of b: it starts at item 40
+DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+
+
+def _index(seq):
+    index = _core.NgramIndex(3, 1, "recent", seed=0)
+    index.extend(list(seq))
+    return index
+
+
+def test_first_unequal_names_the_first_span_that_differs():
+    a = list(range(40))
+    b = np.stack([np.full(40, -1, dtype=np.int32), np.array(a, dtype=np.int32)])  # a is row 1: item 40 on
     b[1, 20] = 99
-    f = _core._first_unequal_span
-    assert f(a, b, 40, 4, 0, 16, 30, 40) == 2  # both equal: the number of pairs
-    assert f(a, b, 40, 4, 0, 16, 18, 22, 30, 40) == 1  # [18, 22) holds the changed item
-    assert f(a, b, 40, 4, 18, 22, 0, 16) == 0
-    assert f(a, b, 0, 4, 0, 16) == 0  # row 0 is not a
-    assert f(a, b, 40, 4, 20, 20, 21, 40) == 2  # an empty span is equal
-    assert f(a, b, 40, 4) == 0  # no pairs
-    assert f(bytearray(a.tobytes()), memoryview(b), 40, 4, 0, 20) == 1
-    assert f(b"", bytearray(), 0, 4, 0, 0) == 1
-    assert f(a.tobytes(), b.tobytes(), 40, 4, 0, 20) == 1
-    assert f(a.tobytes(), b.tobytes(), 160, 1, 0, 80) == 1  # itemsize 1: byte offsets
+    f = _index(a).first_unequal
+    assert f(b, 40, 0, 16, 30, 40) == 2  # both equal: the number of pairs
+    assert f(b, 40, 0, 16, 18, 22, 30, 40) == 1  # [18, 22) holds the changed item
+    assert f(b, 40, 18, 22, 0, 16) == 0
+    assert f(b, 0, 0, 16) == 0  # row 0 is not a
+    assert f(b, 40, 20, 20, 21, 40) == 2  # an empty span is equal
+    assert f(b, 40) == 0  # no pairs
+    assert f(memoryview(b), 40, 0, 20) == 1
+    assert f(b.astype(np.int64), 40, 0, 20) == 1 and f(b.astype(np.int64), 40, 0, 21) == 0
+    assert _index([]).first_unequal(np.zeros(0, dtype=np.int32), 0, 0, 0) == 1
+    big = np.array([2 ** 64 - 1], dtype=np.uint64)  # no int64 id: equal to none
+    assert _index([0]).first_unequal(big, 0, 0, 1) == 0
 
 
-def test_first_unequal_span_agrees_with_slices():
-    rng = random.Random(3)
-    for _ in range(300):
-        size = rng.choice([1, 2, 4, 8])
-        a = bytes(rng.randrange(3) for _ in range(size * rng.randint(0, 12)))
-        b = bytes(rng.randrange(3) for _ in range(size * rng.randint(0, 24)))
-        na, nb = len(a) // size, len(b) // size
-        start = rng.randint(0, nb)
-        spans = []
-        for _ in range(rng.randint(0, 8)):
-            s = rng.randint(0, min(na, nb - start))
-            spans.append((s, rng.randint(s, min(na, nb - start))))
-        want = next((j for j, (s, e) in enumerate(spans)
-                     if a[s * size:e * size] != b[(start + s) * size:(start + e) * size]), len(spans))
-        assert _core._first_unequal_span(a, b, start, size, *[x for p in spans for x in p]) == want
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_first_unequal_agrees_with_slices(data):
+    dtype = np.dtype(data.draw(st.sampled_from(DTYPES)))
+    held = data.draw(st.lists(st.integers(0, 3), max_size=12))
+    row = np.array(data.draw(st.lists(st.integers(0, 3), max_size=24)), dtype=dtype)
+    at = data.draw(st.integers(0, len(row)))
+    room = min(len(held), len(row) - at)
+    spans = []
+    for _ in range(data.draw(st.integers(0, 8))):
+        start = data.draw(st.integers(0, room))
+        spans.append((start, data.draw(st.integers(start, room))))
+    want = next((j for j, (s, e) in enumerate(spans) if held[s:e] != row[at + s:at + e].tolist()), len(spans))
+    assert _index(held).first_unequal(row, at, *[x for p in spans for x in p]) == want
 
 
 @pytest.mark.parametrize("args, error", [
-    ((b"abcd", b"abcd", 0, 1, 0, 5), ValueError),  # past a
-    ((b"abcd", b"abcdef", 3, 1, 0, 4), ValueError),  # past b from b_start
-    ((b"abcd", b"abcd", 0, 1, 3, 2), ValueError),  # stop before start
-    ((b"abcd", b"abcd", 0, 1, -1, 2), ValueError),
-    ((b"abcd", b"abcd", 5, 1, 0, 0), ValueError),  # b_start past b
-    ((b"abcd", b"abcd", -1, 1, 0, 1), ValueError),
-    ((b"abcd", b"abcd", 0, 0, 0, 1), ValueError),  # itemsize 0
-    ((b"abcd", b"abcd", 0, 2, 0, 3), ValueError),  # 3 items of 2 bytes: past both
-    ((b"abcd", b"abcd", 0, 1, 0), TypeError),  # a start without its stop
-    ((b"abcd", b"abcd", 0, 1) + (0, 1) * 9, TypeError),  # more than 8 pairs
-    ((b"abcd", b"abcd", 0), TypeError),
-    ((b"abcd", b"abcd", 0, 1, 0, 1.0), TypeError),
-    ((b"abcd", b"abcd", 0, 1, 0, np.int64(1)), TypeError),
-    (("abcd", b"abcd", 0, 1, 0, 1), TypeError),  # text: no buffer
-    ((b"abcd", np.zeros((4, 4), dtype=np.int32)[:, 1], 0, 1, 0, 1), (BufferError, ValueError)),  # strided
+    ((np.arange(4), 0, 0, 5), ValueError),  # past the tokens indexed
+    ((np.arange(6), 3, 0, 4), ValueError),  # past the row from at
+    ((np.arange(4), 0, 3, 2), ValueError),  # stop before start
+    ((np.arange(4), 0, -1, 2), ValueError),
+    ((np.arange(4), 5, 0, 0), ValueError),  # at past the row
+    ((np.arange(4), -1, 0, 1), ValueError),
+    ((np.arange(4), 0, 0), TypeError),  # a start without its stop
+    ((np.arange(4), 0) + (0, 1) * 9, TypeError),  # more than 8 pairs
+    ((np.arange(4),), TypeError),
+    ((np.arange(4), 0, 0, 1.0), TypeError),
+    ((np.arange(4), 0, 0, np.int64(1)), TypeError),
+    (("abcd", 0, 0, 1), TypeError),  # text: no buffer
+    ((np.arange(4.0), 0, 0, 1), TypeError),  # not ids
+    ((np.zeros((4, 4), dtype=np.int32)[:, 1], 0, 0, 1), TypeError),  # strided
 ])
-def test_first_unequal_span_refuses_bad_arguments(args, error):
+def test_first_unequal_refuses_bad_arguments(args, error):
     with pytest.raises(error):
-        _core._first_unequal_span(*args)
+        _index(range(4)).first_unequal(*args)
 
 
-def test_first_unequal_span_checks_every_span_before_comparing():
+def test_first_unequal_checks_every_span_before_comparing():
     # the first span differs, the second is out of range: the error, whatever the data
     with pytest.raises(ValueError):
-        _core._first_unequal_span(b"ab", b"xb", 0, 1, 0, 1, 0, 3)
+        _index([7, 1]).first_unequal(np.array([0, 1]), 0, 0, 1, 0, 3)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_follow_is_extend_then_propose(data):
+    dtype = np.dtype(data.draw(st.sampled_from(DTYPES)))
+    seq = data.draw(st.lists(st.integers(0, 4), max_size=40))
+    row = np.array(data.draw(st.lists(st.integers(0, 4), max_size=8)) + seq, dtype=dtype)
+    at = len(row) - len(seq)
+    done = data.draw(st.integers(0, len(seq)))
+    n = data.draw(st.integers(done, len(seq)))
+    want = data.draw(st.integers(0, 12))
+    index, twin = _index(seq[:done]), _index(seq[:done])
+    draft = index.follow(row, at, n, want)
+    twin.extend(seq[done:n])
+    assert draft == (twin.propose(want) if want else [])
+    assert index.tokens() == seq[:n] and index.last_ngram == (twin.last_ngram if want else 0)
+
+
+@pytest.mark.parametrize("args, error", [
+    ((np.arange(8), 0, 2, 4), ValueError),  # n below the tokens indexed
+    ((np.arange(8), 2, 7, 4), ValueError),  # past the row from at
+    ((np.arange(8), -1, 4, 4), ValueError),
+    ((np.arange(8), 0, 4, -1), ValueError),
+    ((np.arange(8), 0, 4, 1 << 40), ValueError),  # want: no such draft
+    ((np.arange(8), 0, 4), TypeError),
+    ((np.arange(8), 0.0, 4, 4), TypeError),
+    ((np.arange(8), 0, np.int64(4), 4), TypeError),
+    ((np.arange(8.0), 0, 4, 4), TypeError),  # not ids
+    ((np.array([0, 1, 2, 2 ** 64 - 1], dtype=np.uint64), 0, 4, 4), ValueError),  # an id past int64
+    ((np.zeros((8, 8), dtype=np.int64)[:, 1], 0, 4, 4), TypeError),  # strided
+])
+def test_follow_refuses_bad_arguments_and_keeps_the_index(args, error):
+    index = _index([0, 1, 2])
+    with pytest.raises(error):
+        index.follow(*args)
+    assert index.tokens() == [0, 1, 2]
 
 
 # ------------------------------------------------ token arrays vLLM never passes
@@ -557,7 +602,7 @@ def _wide(tokens):  # rows contiguous, the array not (a column slice of a wider 
 @pytest.mark.parametrize("layout", [
     np.asfortranarray, _wide, lambda t: t.astype(">i4"), lambda t: t.astype(np.int64),
     lambda t: t.astype(np.uint16),
-    "alternating",  # int32 and int64 in turn: the states start afresh at each change
+    "alternating",  # int32 and int64 in turn: the states read either
 ], ids=["fortran", "wide", "big-endian", "int64", "uint16", "alternating"])
 def test_any_integer_token_array_drafts_as_the_reference(layout):
     rng = random.Random(11)
