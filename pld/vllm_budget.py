@@ -178,8 +178,10 @@ class StepBudget:
     def _replan(self, candidates: Sequence[Optional[Candidate]], rows: int, key: int) -> None:
         """Learn what happened since the last plan, then a depth per bucket:
         the rows' first tokens, likeliest first across rows, while
-        (rows + reach) / c(1 + tokens) grows; a bucket no row has now gets
-        the depth that would pay for one row of it on top."""
+        (rows + reach) / c(1 + tokens) grows; then every bucket at least
+        the depth that pays for a row of it in place of an average row of
+        that plan (at one row: alone), so that a bucket no row has now, or
+        a chain longer than the rows have now, is cut where it pays."""
         self._learn()
         cost = self.cost(key)
         wanting: Dict[Group, List[int]] = {}  # group -> rows whose chain holds >= j + 1 tokens, by j
@@ -206,15 +208,21 @@ class StepBudget:
         depth: Dict[Group, int] = {g: 0 for g in reaches}
         for _, group, j, _ in items[:taken]:
             depth[group] = j + 1
-        for group in self._groups.difference(wanting):  # one row of it, on top
-            gained, width = best
-            rate = best_rate
+        # A row of any bucket in place of an average row of that plan (its
+        # chain maybe longer than those seen now): alone, at one row.
+        share = 1.0 - 1.0 / rows
+        base_gained, base_width = best[0] * share + 1.0, 1 + (best[1] - 1) * share
+        for group in self._groups:
+            gained, width = base_gained, base_width
+            rate, d = gained / cost(width), 0
             for j, reach in enumerate(reaches[group]):
                 gained, width = gained + reach, width + 1
                 more = gained / cost(width)
                 if more <= rate:
                     break
-                rate, depth[group] = more, j + 1
+                rate, d = more, j + 1
+            if d > depth[group]:
+                depth[group] = d
         self._plan = {g: (depth[g], [0.0] + list(itertools.accumulate(r))) for g, r in reaches.items()}
         self._chosen = {}
         self._plan_key, self._plan_age = key, 0

@@ -149,3 +149,19 @@ def test_verify_cost_learned_by_default_on_one_rank_fixed_on_several():
     assert Drafter(config(tensor_parallel_size=4, verify_cost="learned")).options.verify_cost is None
     assert Drafter(config(verify_cost=0.2)).options.verify_cost == 0.2
     assert Drafter(config(adaptive=False)).budget is None
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.05, 0.2])
+def test_at_one_row_a_bucket_drafts_what_pays_alone_whatever_the_plan_was_made_with(slope):
+    # one row: a chain of any bucket, or a longer chain than the plan saw, is cut where it pays alone
+    strong, weak, short = (ROW, 3, 1, 8), (ROW, 1, 1, 8), (ROW, 3, 1, 2)
+
+    def first_plan(candidate):
+        budget = StepBudget(8, verify_cost=slope)
+        budget.choose([candidate], 1)
+        return budget
+
+    for made_with, then in ((strong, weak), (short, strong), (weak, strong)):
+        assert first_plan(made_with).choose([then], 1) == first_plan(then).choose([then], 1)
+    if slope < 0.2:  # (where drafts are cheap, longer than any chain the plan saw)
+        assert first_plan(short).choose([strong], 1)[0][0] > 2
