@@ -146,7 +146,8 @@ class _Request:
     spans of it against the tokens indexed (``NgramIndex.first_unequal``),
     one takes the tokens accepted and proposes (``NgramIndex.follow``)."""
 
-    __slots__ = ("index", "n", "prompt", "cursor", "candidate", "proposed", "predicted", "length", "key")
+    __slots__ = ("index", "n", "prompt", "cursor", "candidate", "proposed", "predicted", "length", "key",
+                 "support")
 
     def __init__(self, prompt: int, options: DrafterOptions) -> None:
         self.index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
@@ -158,6 +159,7 @@ class _Request:
         self.predicted = 0.0
         self.length = DraftLength(options.k, adaptive=True) if options.adaptive == "request" else None
         self.key: Tuple[int, ...] = ()
+        self.support = 1  # its chains' support bucket: 2 after a draft accepted whole (a copy under way)
 
     def follow(self, tokens: np.ndarray, at: int, n: int, want: int) -> List[int]:
         """Take the row's tokens [self.n, n) (the row starts at flat index
@@ -176,6 +178,7 @@ class _Request:
         self.cursor = 0
         self.prompt = min(self.prompt, n)
         self.proposed = 0
+        self.support = 1
         if self.length is not None:
             self.length = DraftLength(self.length.k, adaptive=True)
 
@@ -295,6 +298,7 @@ class Drafter:
         """vLLM kept ``accepted`` tokens of the request's last draft: the
         budget (or the request's own schedule) learns it."""
         accepted = accepted if accepted < state.proposed else state.proposed
+        state.support = 2 if accepted == state.proposed else 1  # (acceptance runs in streaks)
         if self.budget is not None:
             self.budget.accepted(state.candidate, state.proposed, accepted, state.predicted)
         elif state.length is not None:
@@ -368,7 +372,8 @@ class Drafter:
         n-gram, support, length)) of the longest draft its index (or, where
         it has no match, the corpus) holds, at most k and the room left;
         None if there is none (or the request's own schedule skips this
-        step)."""
+        step). A row's chain has support 2 after the request's last draft
+        was accepted whole, else 1 (the index counts no occurrences)."""
         want = self.options.max_model_len - n
         if want > self.options.k:
             want = self.options.k
@@ -377,7 +382,7 @@ class Drafter:
         draft = state.follow(tokens, at, n, want)
         if draft:
             ngram = state.index.last_ngram
-            return state, draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, 1, len(draft))
+            return state, draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, state.support, len(draft))
         if not want or self.corpus is None or not len(self.corpus):
             return None
         context = tokens.reshape(-1)[at + max(0, n - self.corpus.max_ngram_size):at + n]

@@ -313,6 +313,26 @@ def test_per_request_lengths_draft_less_where_drafts_fail():
     assert max(sizes[1:]) < 8
 
 
+def test_a_draft_accepted_whole_files_the_next_chain_as_a_copy_under_way():
+    # the budget learns chains after a whole accept apart (support bucket 2): acceptance runs in streaks
+    text = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1]
+    tokens = np.zeros((1, 64), dtype=np.int32)
+    tokens[0, :len(text)] = text
+    drafter = Drafter(config(k=4, max_model_len=64, verify_cost=0.0))  # every token pays
+    n = len(text)
+    assert drafter.propose([[1]], np.array([n]), tokens) == [[2, 3, 4, 5]]
+    state = drafter.rows[0]
+    assert state.candidate[2] == 1  # nothing accepted yet
+    tokens[0, n:n + 5] = [2, 3, 4, 5, 6]  # all 4 accepted, then the model's token
+    n += 5
+    assert drafter.propose([[2, 3, 4, 5, 6]], np.array([n]), tokens) == [[7, 8, 9, 1]]
+    assert state.candidate[2] == 2
+    tokens[0, n:n + 2] = [7, 3]  # 1 of 4 accepted
+    n += 2
+    drafter.propose([[7, 3]], np.array([n]), tokens)
+    assert state.candidate[2] == 1
+
+
 def test_the_corpus_drafts_where_the_row_has_no_match_and_learns_outputs(tmp_path):
     drafter = Drafter(config(k=4, max_model_len=100, adaptive=False, learn=True))
     tokens = np.zeros((2, 100), dtype=np.int32)
