@@ -159,7 +159,7 @@ class _Request:
         self.predicted = 0.0
         self.length = DraftLength(options.k, adaptive=True) if options.adaptive == "request" else None
         self.key: Tuple[int, ...] = ()
-        self.support = 1  # its chains' support bucket: 2 after a draft accepted whole (a copy under way)
+        self.support = 1  # its chains' support bucket: 1 + its last drafts accepted whole in a row (<= 2)
 
     def follow(self, tokens: np.ndarray, at: int, n: int, want: int) -> List[int]:
         """Take the row's tokens [self.n, n) (the row starts at flat index
@@ -255,7 +255,7 @@ class Drafter:
             width = tokens.shape[1]  # row i starts at flat index i * width
             claimed = self._recognise(tokens, lengths, width)
             all_decoding = all(sampled_token_ids)  # (the last step's time, if it served these same requests)
-            same_rows = all_decoding and self._all_decoding and claimed == self.rows
+            same_rows = all_decoding and self._all_decoding and claimed is self.rows and len(claimed) == len(lengths)
             self._all_decoding = all_decoding
             chains: List[Optional[Chain]] = []
             candidates: List[Optional[Candidate]] = []
@@ -285,7 +285,7 @@ class Drafter:
                 chains.append(chain)
                 candidates.append(chain[2] if chain is not None else None)
             drafts = self._drafts(chains, candidates, decoding, same_rows)
-            if claimed != self.rows:  # (the states compare by identity)
+            if claimed is not self.rows:  # (new rows only join it)
                 self._release(claimed)
             return drafts
         except Exception:  # noqa: BLE001 - the served tokens never depend on a draft
@@ -298,7 +298,7 @@ class Drafter:
         """vLLM kept ``accepted`` tokens of the request's last draft: the
         budget (or the request's own schedule) learns it."""
         accepted = accepted if accepted < state.proposed else state.proposed
-        state.support = 2 if accepted == state.proposed else 1  # (acceptance runs in streaks)
+        state.support = min(SUPPORT_BUCKETS, state.support + 1) if accepted == state.proposed else 1  # (streaks)
         if self.budget is not None:
             self.budget.accepted(state.candidate, state.proposed, accepted, state.predicted)
         elif state.length is not None:
@@ -307,13 +307,14 @@ class Drafter:
 
     def _recognise(self, tokens: np.ndarray, lengths: List[int], width: int) -> Dict[int, _Request]:
         """The rows whose state last seen there still matches (also a row
-        with nothing sampled this step: a prefill in progress)."""
-        claimed: Dict[int, _Request] = {}
+        with nothing sampled this step: a prefill in progress): ``self.rows``
+        itself when every one does, so that no state has lost its row."""
         count = len(lengths)
-        for i, state in self.rows.items():
-            if i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]):
-                claimed[i] = state
-        return claimed
+        lost = [i for i, state in self.rows.items()
+                if not (i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]))]
+        if not lost:
+            return self.rows
+        return {i: state for i, state in self.rows.items() if i not in lost}
 
     def _readable(self, array: Any) -> np.ndarray:
         """The token array as the states read it: [rows, width] native
@@ -372,8 +373,9 @@ class Drafter:
         n-gram, support, length)) of the longest draft its index (or, where
         it has no match, the corpus) holds, at most k and the room left;
         None if there is none (or the request's own schedule skips this
-        step). A row's chain has support 2 after the request's last draft
-        was accepted whole, else 1 (the index counts no occurrences)."""
+        step). A row's chain has support 1 + the request's last drafts
+        accepted whole in a row, at most 2 (the index counts no
+        occurrences; acceptance runs in streaks: a copy under way)."""
         want = self.options.max_model_len - n
         if want > self.options.k:
             want = self.options.k

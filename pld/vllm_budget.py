@@ -36,7 +36,7 @@ import itertools
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .acceptance_buckets import NGRAM_BUCKETS, ROW
+from .acceptance_buckets import NGRAM_BUCKETS, ROW, SUPPORT_BUCKETS
 from .forward_cost import LearnedCost
 from .token_tree import AcceptanceModel
 from .width_budget import EXPLORE_EVERY
@@ -84,7 +84,7 @@ class StepBudget:
         self._timed: List[Tuple[int, int, float]] = []  # (size class, width, seconds): likewise
         self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, cumulative reach)
         self._chosen: Dict[Candidate, Tuple[int, float]] = {}  # what the plan gives a candidate
-        self._groups = {(ROW, n, s) for n in range(1, NGRAM_BUCKETS) for s in (1, 2)}  # the buckets a plan covers
+        self._groups = {(ROW, n, s) for n in range(1, NGRAM_BUCKETS) for s in range(1, SUPPORT_BUCKETS + 1)}  # planned
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
         self._stale: set = set()
         self._plan_key = -1

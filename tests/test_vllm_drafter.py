@@ -313,8 +313,8 @@ def test_per_request_lengths_draft_less_where_drafts_fail():
     assert max(sizes[1:]) < 8
 
 
-def test_a_draft_accepted_whole_files_the_next_chain_as_a_copy_under_way():
-    # the budget learns chains after a whole accept apart (support bucket 2): acceptance runs in streaks
+def test_drafts_accepted_whole_file_the_next_chain_as_a_copy_under_way():
+    # the budget learns chains after whole accepts apart (support bucket 1 + those in a row, <= 3): streaks
     text = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1]
     tokens = np.zeros((1, 64), dtype=np.int32)
     tokens[0, :len(text)] = text
@@ -327,7 +327,15 @@ def test_a_draft_accepted_whole_files_the_next_chain_as_a_copy_under_way():
     n += 5
     assert drafter.propose([[2, 3, 4, 5, 6]], np.array([n]), tokens) == [[7, 8, 9, 1]]
     assert state.candidate[2] == 2
-    tokens[0, n:n + 2] = [7, 3]  # 1 of 4 accepted
+    tokens[0, n:n + 5] = [7, 8, 9, 1, 2]  # all 4 again
+    n += 5
+    assert drafter.propose([[7, 8, 9, 1, 2]], np.array([n]), tokens) == [[3, 4, 5, 6]]
+    assert state.candidate[2] == 3
+    tokens[0, n:n + 5] = [3, 4, 5, 6, 7]  # and again: the bucket stays at 3
+    n += 5
+    drafter.propose([[3, 4, 5, 6, 7]], np.array([n]), tokens)
+    assert state.candidate[2] == 3
+    tokens[0, n:n + 2] = [8, 3]  # 1 of 4 accepted
     n += 2
     drafter.propose([[7, 3]], np.array([n]), tokens)
     assert state.candidate[2] == 1
