@@ -212,12 +212,12 @@ class StepBudget:
         # chain maybe longer than those seen now): alone, at one row.
         share = 1.0 - 1.0 / rows
         base_gained, base_width = best[0] * share + 1.0, 1 + (best[1] - 1) * share
+        costs = [cost(base_width + d) for d in range(self.k + 1)]  # (the same widths for every bucket)
         for group in self._groups:
-            gained, width = base_gained, base_width
-            rate, d = gained / cost(width), 0
+            gained, rate, d = base_gained, base_gained / costs[0], 0
             for j, reach in enumerate(reaches[group]):
-                gained, width = gained + reach, width + 1
-                more = gained / cost(width)
+                gained += reach
+                more = gained / costs[j + 1]
                 if more <= rate:
                     break
                 rate, d = more, j + 1
