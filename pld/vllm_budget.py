@@ -32,7 +32,6 @@ cost does.
 """
 from __future__ import annotations
 
-import itertools
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -82,7 +81,7 @@ class StepBudget:
         self._last: Optional[Tuple[float, int, int]] = None  # (time, size class, width) of the last step
         self._outcomes: List[Tuple[Group, int, int, float]] = []  # learned at the next plan
         self._timed: List[Tuple[int, int, float]] = []  # (size class, width, seconds): likewise
-        self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, cumulative reach)
+        self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, reach at depths 1..k)
         self._chosen: Dict[Candidate, Tuple[int, float]] = {}  # what the plan gives a candidate
         self._groups = {(ROW, n, s) for n in range(1, NGRAM_BUCKETS) for s in range(1, SUPPORT_BUCKETS + 1)}  # planned
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
@@ -164,7 +163,7 @@ class StepBudget:
                 if planned is None:
                     return None
                 d = c[3] if c[3] < planned[0] else planned[0]
-                got = chosen[c] = (d, planned[1][d])
+                got = chosen[c] = (d, sum(planned[1][:d]))
             out.append(got)
             drafted += got[0]
             wanted = True
@@ -172,7 +171,7 @@ class StepBudget:
 
     def _first_tokens(self, candidates: Sequence[Optional[Candidate]]) -> Tuple[List[Tuple[int, float]], int]:
         """Every candidate's first token (exploration), and their count."""
-        out = [(1, self._plan[c[:3]][1][1]) if c is not None else (0, 0.0) for c in candidates]
+        out = [(1, self._plan[c[:3]][1][0]) if c is not None else NOTHING for c in candidates]
         return out, sum(d for d, _ in out)
 
     def _replan(self, candidates: Sequence[Optional[Candidate]], rows: int, key: int) -> None:
@@ -223,7 +222,7 @@ class StepBudget:
                 rate, d = more, j + 1
             if d > depth[group]:
                 depth[group] = d
-        self._plan = {g: (depth[g], [0.0] + list(itertools.accumulate(r))) for g, r in reaches.items()}
+        self._plan = {g: (depth[g], r) for g, r in reaches.items()}
         self._chosen = {}
         self._plan_key, self._plan_age = key, 0
 
