@@ -149,8 +149,11 @@ class _Request:
     __slots__ = ("index", "n", "prompt", "cursor", "candidate", "proposed", "predicted", "length", "key",
                  "support")
 
-    def __init__(self, prompt: int, options: DrafterOptions) -> None:
+    def __init__(self, n: int, prompt: int, options: DrafterOptions) -> None:
         self.index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
+        # room for its n tokens and as many more: the tables grow now, with the O(n) extend of its
+        # first step, not in a later step (an output no longer than its context never grows one)
+        self.index.reserve(min(2 * n, options.max_model_len))
         self.n = 0
         self.prompt = prompt
         self.cursor = 0
@@ -273,7 +276,7 @@ class Drafter:
                 state = claimed.get(i)
                 if state is None:
                     state = claimed[i] = self._find(tokens, i, at, n, claimed) or \
-                        _Request(n - len(sampled), self.options)
+                        _Request(n, n - len(sampled), self.options)
                 if state.proposed:  # how the last draft fared
                     self._fared(state, len(sampled) - 1)
                 if n < state.n:  # tokens vLLM discarded

@@ -313,6 +313,19 @@ def test_per_request_lengths_draft_less_where_drafts_fail():
     assert max(sizes[1:]) < 8
 
 
+def test_a_request_s_tables_grow_at_its_first_step_not_while_it_decodes_as_long_as_its_context():
+    rng = random.Random(5)
+    n = 300
+    tokens = np.array([[rng.randrange(1000) for _ in range(2 * n + 8)]], dtype=np.int32)
+    drafter = Drafter(config(k=4, max_model_len=4 * n, adaptive=False))
+    drafter.propose([[int(tokens[0, n - 1])]], np.array([n]), tokens)
+    state = drafter.rows[0]
+    size = state.index.nbytes
+    for m in range(n + 1, 2 * n + 1):  # as many tokens again, one a step
+        drafter.propose([[int(tokens[0, m - 1])]], np.array([m]), tokens)
+    assert drafter.rows[0] is state and len(state.index) == 2 * n and state.index.nbytes == size
+
+
 def test_drafts_accepted_whole_file_the_next_chain_as_a_copy_under_way():
     # the budget learns chains after whole accepts apart (support bucket 1 + those in a row, <= 3): streaks
     text = [9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 1]

@@ -85,6 +85,7 @@ def drafter_times(k: int = 10, contexts: Sequence[int] = CONTEXTS, steps: int = 
         ngram = NgramProposer(config)
         pld_drafter = Drafter(config)
         pld_drafter.propose([[int(tokens[0, n - 1])]], np.array([n], dtype=np.int32), tokens)  # builds the index
+        ngram.propose(k, [[int(tokens[0, n - 1])]], np.array([n], dtype=np.int32), tokens)  # compiles its kernel
         times: Dict[str, List[float]] = {"pld": [], "vllm-ngram": []}
         for step in range(steps):
             length = np.array([n + step + 1], dtype=np.int32)
