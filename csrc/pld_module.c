@@ -1304,13 +1304,29 @@ static PyObject *draft_list(const int64_t *draft, size_t n, int use_cache)
     return list;
 }
 
+/* The draft of at most k tokens for the indexed sequence, as a list (the
+ * scratch buffer grown to k first); sets last_ngram. */
+static PyObject *index_draft(NgramIndexObject *self, size_t k, const pld_lookup_opts *opts)
+{
+    size_t n;
+    if (k > self->draft_cap) {
+        int64_t *d = PyMem_Realloc(self->draft, k * sizeof(int64_t));
+        if (d == NULL)
+            return PyErr_NoMemory();
+        self->draft = d;
+        self->draft_cap = k;
+    }
+    n = pld_index_propose_n(self->index, k, opts, self->draft, &self->last_ngram);
+    return draft_list(self->draft, n, self->int_cache_ok);
+}
+
 static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *args,
                                     Py_ssize_t nargs, PyObject *kwnames)
 {
     static const char *const names[] = {"num_pred_tokens", "semantics", "max_length",
                                         "eos_token_id"};
     PyObject *a[4], *result = NULL;
-    size_t k = 10, n;
+    size_t k = 10;
     opts_holder oh;
     if (index_check(self) < 0)
         return NULL;
@@ -1333,17 +1349,7 @@ static PyObject *NgramIndex_propose(NgramIndexObject *self, PyObject *const *arg
     }
     if (index_check(self) < 0) /* the conversions above ran Python code */
         goto done;
-    if (k > self->draft_cap) {
-        int64_t *d = PyMem_Realloc(self->draft, k * sizeof(int64_t));
-        if (d == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        self->draft = d;
-        self->draft_cap = k;
-    }
-    n = pld_index_propose_n(self->index, k, &oh.opts, self->draft, &self->last_ngram);
-    result = draft_list(self->draft, n, self->int_cache_ok);
+    result = index_draft(self, k, &oh.opts);
 done:
     opts_release(&oh);
     return result;
@@ -1804,24 +1810,14 @@ static PyObject *NgramIndex_follow(NgramIndexObject *self, PyObject *const *args
         result = PyList_New(0);
         goto done;
     }
-    if (want > self->draft_cap) {
-        int64_t *d = PyMem_Realloc(self->draft, want * sizeof(int64_t));
-        if (d == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        self->draft = d;
-        self->draft_cap = want;
-    }
     {
         pld_lookup_opts opts;
         opts.semantics = PLD_SEED;
         opts.max_length = -1;
         opts.eos = NULL;
         opts.n_eos = 0;
-        n = pld_index_propose_n(self->index, want, &opts, self->draft, &self->last_ngram);
+        result = index_draft(self, want, &opts);
     }
-    result = draft_list(self->draft, n, self->int_cache_ok);
 done:
     PyMem_Free(scratch);
     PyBuffer_Release(&run.view);
