@@ -344,7 +344,7 @@ class Drafter:
         for a new, moved or resumed request)."""
         taken = {id(s) for s in claimed.values()}
         best = None
-        for state in self.keys.get(tuple(tokens[i, :min(HEAD, n)].tolist()), ()):
+        for state in self.keys.get(_head(tokens, i, n), ()):
             if id(state) not in taken and state.is_prefix_of(tokens, at, n) and (best is None or state.n > best.n):
                 best = state
         if best is not None:
@@ -402,7 +402,7 @@ class Drafter:
     def _key(self, state: _Request, tokens: np.ndarray, i: int, n: int) -> None:
         """File the state of row i (n tokens, its own) under its head
         tokens (again, while it has fewer than HEAD)."""
-        key = tuple(tokens[i, :min(HEAD, n)].tolist())
+        key = _head(tokens, i, n)
         if key == state.key:
             return
         self._unkey(state)
@@ -456,6 +456,12 @@ class Drafter:
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM's hook for drafters with weights: pld has none."""
+
+
+def _head(tokens: np.ndarray, i: int, n: int) -> Tuple[int, ...]:
+    """The key a request of row i (n tokens) is filed under: its first
+    min(HEAD, n) ids, whatever the array's dtype."""
+    return tuple(tokens[i, :min(HEAD, n)].tolist())
 
 
 def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
