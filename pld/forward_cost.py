@@ -120,14 +120,19 @@ class LearnedCost:
 
     def observe(self, width: int, seconds: float) -> None:
         """A forward over ``width`` new tokens took ``seconds``."""
-        if width < 1 or not seconds > 0:
-            return
+        self.observe_many(((width, seconds),))
+
+    def observe_many(self, timed: Sequence[Tuple[int, float]]) -> None:
+        """:meth:`observe` for each (width, seconds) in turn."""
         with self._lock:
-            self._samples.append((int(width), float(seconds)))
-            if width == 1:
-                self._plain.append(float(seconds))
-                self._t1 = min(self._plain)
-            self._fitted = False  # (refitted when next read)
+            for width, seconds in timed:
+                if width < 1 or not seconds > 0:
+                    continue
+                self._samples.append((int(width), float(seconds)))
+                if width == 1:
+                    self._plain.append(float(seconds))
+                    self._t1 = min(self._plain)
+                self._fitted = False  # (refitted when next read)
 
     def wide_widths(self) -> int:
         """How many distinct widths >= 2 the window holds; 0 until a
@@ -166,16 +171,27 @@ def _fit_line(samples: Sequence[Tuple[int, float]], line: Tuple[float, float]) -
     counts: Dict[int, int] = {}
     for w, s in samples:
         if w >= 2:
-            fastest[w] = min(s, fastest.get(w, s))
-            counts[w] = counts.get(w, 0) + 1
+            f = fastest.get(w)
+            if f is None:
+                fastest[w], counts[w] = s, 1
+            else:
+                if s < f:
+                    fastest[w] = s
+                counts[w] += 1
     if not fastest:
         return line
     points = [(w - 2, fastest[w], counts[w]) for w in fastest]
-    n = sum(k for _, _, k in points)
-    mx = sum(x * k for x, _, k in points) / n
-    my = sum(y * k for _, y, k in points) / n
-    sxx = sum(k * (x - mx) ** 2 for x, _, k in points)
-    b = max(sum(k * (x - mx) * (y - my) for x, y, k in points) / sxx, 0.0) if sxx > 0 else 0.0
+    n = mx = my = 0.0
+    for x, y, k in points:
+        n += k
+        mx += x * k
+        my += y * k
+    mx, my = mx / n, my / n
+    sxx = sxy = 0.0
+    for x, y, k in points:
+        sxx += k * (x - mx) ** 2
+        sxy += k * (x - mx) * (y - my)
+    b = max(sxy / sxx, 0.0) if sxx > 0 else 0.0
     t2 = my - b * mx
     if t2 <= 0:  # (a line through noisy points can pass below zero at w = 2)
         t2, b = min(y for _, y, _ in points), 0.0

@@ -386,18 +386,20 @@ class AcceptanceModel:
                     self.hits[b] += 1.0
 
     def observe_chain(self, ngram: int, support: int, proposed: int, accepted: int, origin: int = ROW,
-                      predicted: Optional[float] = None) -> None:
-        """:meth:`update` for a chain of ``proposed`` tokens of one bucket
-        (n-gram, support; depth 1 upwards) of which the first ``accepted``
-        were accepted: its tokens at depths 1 .. accepted + 1 were trials."""
+                      predicted: Optional[float] = None, count: int = 1) -> None:
+        """:meth:`update` for ``count`` chains of ``proposed`` tokens of one
+        bucket (n-gram, support; depth 1 upwards) of which the first
+        ``accepted`` were accepted: their tokens at depths 1 .. accepted +
+        1 were trials. ``predicted``: the tokens the chains were predicted
+        to add, in all (for :attr:`scale`)."""
         if predicted is not None:
             self.predicted += predicted
-            self.accepted += accepted
+            self.accepted += accepted * count
         for depth in range(1, min(proposed, accepted + 1) + 1):
             b = _bucket(ngram, support, depth, UNKNOWN, origin)
-            self.trials[b] += 1.0
+            self.trials[b] += count
             if depth <= accepted:
-                self.hits[b] += 1.0
+                self.hits[b] += count
 
 
 def _agreement(tree: TokenTree) -> Sequence[int]:

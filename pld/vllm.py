@@ -313,8 +313,10 @@ class Drafter:
         with nothing sampled this step: a prefill in progress): ``self.rows``
         itself when every one does, so that no state has lost its row."""
         count = len(lengths)
-        lost = [i for i, state in self.rows.items()
-                if not (i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i]))]
+        lost = set()
+        for i, state in self.rows.items():  # (a loop: no comprehension to build a step)
+            if not (i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i])):
+                lost.add(i)
         if not lost:
             return self.rows
         return {i: state for i, state in self.rows.items() if i not in lost}

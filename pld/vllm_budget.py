@@ -35,7 +35,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .acceptance_buckets import NGRAM_BUCKETS, ROW, SUPPORT_BUCKETS
+from .acceptance_buckets import DEPTH_EDGES, NGRAM_BUCKETS, ROW, SUPPORT_BUCKETS
 from .forward_cost import LearnedCost
 from .token_tree import AcceptanceModel
 from .width_budget import EXPLORE_EVERY
@@ -56,6 +56,8 @@ UNMEASURED_SLOPE = 0.02
 #: 1..SUPPORT_BUCKETS, tokens in the chain >= 1).
 Candidate = Tuple[int, int, int, int]
 Group = Tuple[int, int, int]
+#: The depths at which a chain enters the next depth bucket.
+DEPTH_STARTS = frozenset([1, *(edge + 1 for edge in DEPTH_EDGES)])
 NOTHING = (0, 0.0)  # no draft, none predicted
 
 
@@ -81,7 +83,10 @@ class StepBudget:
         self._last: Optional[Tuple[float, int, int]] = None  # (time, size class, width) of the last step
         self._outcomes: List[Tuple[Group, int, int, float]] = []  # learned at the next plan
         self._timed: List[Tuple[int, int, float]] = []  # (size class, width, seconds): likewise
-        self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, reach at depths 1..k)
+        self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, reach at depths 1..k), on demand
+        self._taken: Dict[Group, int] = {}  # the plan's depth for the groups its rows drew on
+        self._alone: Tuple[float, List[float]] = (1.0, [1.0])  # (gained, c at depths 0..k) of a row alone
+        self._reaches: Dict[Group, List[float]] = {}  # the plan's reach of the groups its rows drew on
         self._chosen: Dict[Candidate, Tuple[int, float]] = {}  # what the plan gives a candidate
         self._groups = {(ROW, n, s) for n in range(1, NGRAM_BUCKETS) for s in range(1, SUPPORT_BUCKETS + 1)}  # planned
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
@@ -159,7 +164,7 @@ class StepBudget:
                 continue
             got = chosen.get(c)
             if got is None:  # (the plan's choice for this candidate, kept until the next plan)
-                planned = self._plan.get(c[:3])
+                planned = self._group_plan(c[:3])
                 if planned is None:
                     return None
                 d = c[3] if c[3] < planned[0] else planned[0]
@@ -171,7 +176,7 @@ class StepBudget:
 
     def _first_tokens(self, candidates: Sequence[Optional[Candidate]]) -> Tuple[List[Tuple[int, float]], int]:
         """Every candidate's first token (exploration), and their count."""
-        out = [(1, self._plan[c[:3]][1][0]) if c is not None else NOTHING for c in candidates]
+        out = [(1, self._group_plan(c[:3])[1][0]) if c is not None else NOTHING for c in candidates]
         return out, sum(d for d, _ in out)
 
     def _replan(self, candidates: Sequence[Optional[Candidate]], rows: int, key: int) -> None:
@@ -180,7 +185,9 @@ class StepBudget:
         (rows + reach) / c(1 + tokens) grows; then every bucket at least
         the depth that pays for a row of it in place of an average row of
         that plan (at one row: alone), so that a bucket no row has now, or
-        a chain longer than the rows have now, is cut where it pays."""
+        a chain longer than the rows have now, is cut where it pays. A
+        bucket's depth is worked out when a row first draws on it
+        (:meth:`_group_plan`), from what this plan fixed."""
         self._learn()
         cost = self.cost(key)
         wanting: Dict[Group, List[int]] = {}  # group -> rows whose chain holds >= j + 1 tokens, by j
@@ -192,9 +199,10 @@ class StepBudget:
                 for j in range(min(c[3], self.k)):
                     counts[j] += 1
         self._groups.update(wanting)
-        reaches = {g: self.reach(*g) for g in self._groups}
-        items = sorted(((reaches[g][j], g, j, n) for g, counts in wanting.items() for j, n in enumerate(counts) if n),
-                       key=lambda t: -t[0])
+        self._plan, self._chosen = {}, {}
+        self._reaches = {g: self.reach(*g) for g in wanting}
+        items = sorted(((self._reaches[g][j], g, j, n) for g, counts in wanting.items() for j, n in enumerate(counts)
+                        if n), key=lambda t: -t[0])
         gained, width, best = float(rows), 1, (float(rows), 1)
         best_rate, taken = rows / cost(1), 0
         for i, (reach, _, _, count) in enumerate(items):  # (the rate rises, then falls: stop there)
@@ -204,39 +212,58 @@ class StepBudget:
             if rate <= best_rate:
                 break
             best_rate, best, taken = rate, (gained, width), i + 1
-        depth: Dict[Group, int] = {g: 0 for g in reaches}
+        self._taken = {}
         for _, group, j, _ in items[:taken]:
-            depth[group] = j + 1
+            self._taken[group] = j + 1
         # A row of any bucket in place of an average row of that plan (its
         # chain maybe longer than those seen now): alone, at one row.
         share = 1.0 - 1.0 / rows
         base_gained, base_width = best[0] * share + 1.0, 1 + (best[1] - 1) * share
-        costs = [cost(base_width + d) for d in range(self.k + 1)]  # (the same widths for every bucket)
-        for group in self._groups:
-            gained, rate, d = base_gained, base_gained / costs[0], 0
-            for j, reach in enumerate(reaches[group]):
-                gained += reach
+        self._alone = (base_gained, [cost(base_width + d) for d in range(self.k + 1)])  # (the same for every bucket)
+        self._plan_key, self._plan_age = key, 0
+
+    def _group_plan(self, group: Group) -> Optional[Tuple[int, List[float]]]:
+        """(depth, reach at depths 1..k) the current plan gives ``group``;
+        None if the plan was made without it (a new corpus bucket)."""
+        planned = self._plan.get(group)
+        if planned is None:
+            if group not in self._groups:
+                return None
+            reach = self._reaches.get(group) or self.reach(*group)
+            gained, costs = self._alone
+            rate, d = gained / costs[0], 0
+            for j, r in enumerate(reach):
+                gained += r
                 more = gained / costs[j + 1]
                 if more <= rate:
                     break
                 rate, d = more, j + 1
-            if d > depth[group]:
-                depth[group] = d
-        self._plan = {g: (depth[g], r) for g, r in reaches.items()}
-        self._chosen = {}
-        self._plan_key, self._plan_age = key, 0
+            taken = self._taken.get(group, 0)
+            planned = self._plan[group] = (d if d > taken else taken, reach)
+        return planned
 
     def _learn(self) -> None:
         """The outcomes and step times gathered since the last plan."""
+        chains: Dict[Tuple[Group, int, int], List[float]] = {}  # (group, proposed, accepted) -> [drafts, predicted]
         for group, proposed, accepted, predicted in self._outcomes:
-            self.model.observe_chain(group[1], group[2], proposed, accepted, group[0], predicted)
+            same = chains.get((group, proposed, accepted))
+            if same is None:
+                chains[group, proposed, accepted] = [1, predicted]
+            else:
+                same[0] += 1
+                same[1] += predicted
+        for (group, proposed, accepted), (count, predicted) in chains.items():
+            self.model.observe_chain(group[1], group[2], proposed, accepted, group[0], predicted, int(count))
             self._stale.add(group)
         self._outcomes.clear()
+        timed: Dict[int, List[Tuple[int, float]]] = {}
         for key, width, seconds in self._timed:
+            timed.setdefault(key, []).append((width, seconds))
+        for key, samples in timed.items():
             cost = self.costs.get(key)
             if cost is None:
                 cost = self.costs[key] = LearnedCost()
-            cost.observe(width, seconds)
+            cost.observe_many(samples)
         self._timed.clear()
 
     def _unscaled_reach(self, group: Group) -> List[float]:
@@ -246,9 +273,11 @@ class StepBudget:
         if reach is None or group in self._stale:
             self._stale.discard(group)
             origin, ngram, support = group
-            reach, r = [], 1.0
+            reach, r, rate = [], 1.0, 0.0
             for depth in range(1, self.k + 1):
-                r *= self.model.rate(ngram, support, depth, origin=origin)
+                if depth in DEPTH_STARTS:  # (a new depth bucket: its rate)
+                    rate = self.model.rate(ngram, support, depth, origin=origin)
+                r *= rate
                 reach.append(r)
             self._reach[group] = reach
         return reach

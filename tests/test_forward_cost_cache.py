@@ -96,6 +96,15 @@ def test_a_wider_forward_never_costs_less_and_bad_samples_are_ignored():
     assert len(cost.samples()) == 3
 
 
+def test_observe_many_is_observe_in_turn():
+    samples = [(1, 2.0), (3, 2.4), (0, 1.0), (11, 3.1), (4, float("nan")), (3, 2.2), (1, 1.9)] * 6
+    one, many = LearnedCost(), LearnedCost()
+    for w, s in samples:
+        one.observe(w, s)
+    many.observe_many(samples)
+    assert many.samples() == one.samples() and [many(w) for w in range(1, 12)] == [one(w) for w in range(1, 12)]
+
+
 def test_spikes_shorter_than_a_widths_samples_do_not_count():
     cost = LearnedCost()
     for i in range(12):

@@ -189,3 +189,69 @@ def test_a_step_is_timed_only_when_it_served_the_same_requests_as_the_last(monke
             tokens[1] = tokens[2]
         drafter.propose(sampled, np.array(lengths), tokens)
     assert seen == [False, True, False, True, False, False, False, True, False]
+
+
+def reference_plan(budget, candidates, rows, cost):
+    """The plan's rule, eagerly, over every bucket: the rows' draft tokens
+    likeliest first while (rows + reach) / c(1 + tokens) grows; then each
+    bucket at least the depth that pays for a row of it in place of an
+    average row of that plan. Returns {bucket: depth}."""
+    k = budget.k
+    groups = {(ROW, n, s) for n in range(1, 4) for s in range(1, 4)} | {c[:3] for c in candidates if c}
+    reach = {g: budget.reach(*g) for g in groups}
+    items = sorted(((reach[c[:3]][j], c[:3], j) for c in candidates if c for j in range(min(c[3], k))),
+                   key=lambda t: -t[0])
+    gained, width, best_rate, best, depth = float(rows), 1, rows / cost(1), (float(rows), 1), {}
+    for r, group, j in items:
+        gained, width = gained + r, width + 1
+        if gained / cost(width) <= best_rate:
+            break
+        best_rate, best = gained / cost(width), (gained, width)
+        depth[group] = max(depth.get(group, 0), j + 1)
+    share = 1.0 - 1.0 / rows
+    base_gained, base_width = best[0] * share + 1.0, 1 + (best[1] - 1) * share
+    for group in groups:
+        gained, rate, alone = base_gained, base_gained / cost(base_width), 0
+        for j, r in enumerate(reach[group]):
+            gained += r
+            if gained / cost(base_width + j + 1) <= rate:
+                break
+            rate, alone = gained / cost(base_width + j + 1), j + 1
+        depth[group] = max(depth.get(group, 0), alone)
+    return depth
+
+
+def test_every_bucket_gets_the_depth_of_the_plan_s_rule_whichever_is_asked_first():
+    # the plan works a bucket's depth out when a row first draws on it: the same as the rule made eagerly
+    for seed in range(80):
+        rng = np.random.default_rng(seed)
+        budget = StepBudget(8, verify_cost=float(rng.choice([0.0, 0.01, 0.03, 0.1, 0.3])))
+        for _ in range(int(rng.integers(0, 300))):  # outcomes that set the buckets' rates apart
+            c = (ROW, int(rng.integers(1, 4)), int(rng.integers(1, 4)), 8)
+            proposed = int(rng.integers(1, 9))
+            budget.accepted(c, proposed, int(rng.integers(0, proposed + 1)), float(rng.random() * 3))
+        rows = int(rng.integers(1, 12))
+        candidates = [(ROW, int(rng.integers(1, 4)), int(rng.integers(1, 4)), int(rng.integers(1, 9)))
+                      if rng.random() < 0.8 else None for _ in range(rows)]
+        budget.choose(candidates, rows)  # the plan, made with these rows
+        expected = reference_plan(budget, candidates, rows, budget.cost(size_class(rows)))
+        others = [(ROW, n, s, 8) for n in range(1, 4) for s in range(1, 4)]
+        rng.shuffle(others)
+
+        def depth(c):
+            budget._idle, budget._plan_age = 0, 0  # (the same plan throughout; no exploration step)
+            return budget.choose([c] + [None] * (rows - 1), rows)[0][0]
+
+        for c in others:  # every bucket, in a random order, then the rows' own
+            assert depth(c) == expected[c[:3]], (seed, c)
+        for c in candidates:
+            if c:
+                assert depth(c) == min(c[3], expected[c[:3]]), (seed, c)
+
+
+def test_observe_chain_count_is_count_chains_in_turn():
+    one, many = AcceptanceModel(), AcceptanceModel()
+    for _ in range(3):
+        one.observe_chain(2, 3, proposed=6, accepted=4, predicted=1.5)
+    many.observe_chain(2, 3, proposed=6, accepted=4, predicted=4.5, count=3)
+    assert one.counts() == many.counts() and one.scale == pytest.approx(many.scale)

@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------- drafter time
 
-def drafter_times(k: int = 10, contexts: Sequence[int] = CONTEXTS, steps: int = 200) -> List[Dict[str, Any]]:
+def drafter_times(k: int = 10, contexts: Sequence[int] = CONTEXTS, steps: int = 1000) -> List[Dict[str, Any]]:
     """Per-step time (µs, the median over ``steps``, and the mean, which
     counts pld's budget plans, one in 16 steps) of pld's Drafter and of
     vLLM's NgramProposer on one row growing by one token a step."""
