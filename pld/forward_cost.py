@@ -123,16 +123,27 @@ class LearnedCost:
         self.observe_many(((width, seconds),))
 
     def observe_many(self, timed: Sequence[Tuple[int, float]]) -> None:
-        """:meth:`observe` for each (width, seconds) in turn."""
+        """:meth:`observe` for each (width, seconds) in turn (read from the
+        last back, as far as the windows reach)."""
+        recent: List[Tuple[int, float]] = []
+        plain: List[float] = []
+        for width, seconds in reversed(timed):
+            if width < 1 or not seconds > 0:
+                continue
+            if len(recent) < WINDOW:
+                recent.append((int(width), float(seconds)))
+            if width == 1:
+                plain.append(float(seconds))
+                if len(plain) == PLAIN_SAMPLES and len(recent) == WINDOW:
+                    break
+        if not recent:
+            return
         with self._lock:
-            for width, seconds in timed:
-                if width < 1 or not seconds > 0:
-                    continue
-                self._samples.append((int(width), float(seconds)))
-                if width == 1:
-                    self._plain.append(float(seconds))
-                    self._t1 = min(self._plain)
-                self._fitted = False  # (refitted when next read)
+            self._samples.extend(reversed(recent))
+            if plain:
+                self._plain.extend(reversed(plain))
+                self._t1 = min(self._plain)
+            self._fitted = False  # (refitted when next read)
 
     def wide_widths(self) -> int:
         """How many distinct widths >= 2 the window holds; 0 until a

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 import pytest
 
 pytestmark = pytest.mark.torch  # the probes fork torch's RNG
@@ -97,12 +99,18 @@ def test_a_wider_forward_never_costs_less_and_bad_samples_are_ignored():
 
 
 def test_observe_many_is_observe_in_turn():
-    samples = [(1, 2.0), (3, 2.4), (0, 1.0), (11, 3.1), (4, float("nan")), (3, 2.2), (1, 1.9)] * 6
-    one, many = LearnedCost(), LearnedCost()
-    for w, s in samples:
-        one.observe(w, s)
-    many.observe_many(samples)
-    assert many.samples() == one.samples() and [many(w) for w in range(1, 12)] == [one(w) for w in range(1, 12)]
+    rng = np.random.default_rng(0)
+    for size in (0, 1, 5, 31, 32, 33, 200):
+        for plain in (0.0, 0.05, 0.5, 1.0):
+            samples = [(1 if rng.random() < plain else int(rng.integers(-1, 12)),
+                        float(rng.choice([rng.random(), 0.0, float("nan")], p=[0.8, 0.1, 0.1]))) for _ in range(size)]
+            one, many = LearnedCost(), LearnedCost()
+            for w, s in [(1, 0.01), (3, 0.02)] + samples:
+                one.observe(w, s)
+            many.observe_many([(1, 0.01), (3, 0.02)])
+            many.observe_many(samples)
+            assert many.samples() == one.samples() and many._plain == one._plain
+            assert [many(w) for w in range(1, 12)] == [one(w) for w in range(1, 12)]
 
 
 def test_spikes_shorter_than_a_widths_samples_do_not_count():

@@ -255,3 +255,24 @@ def test_observe_chain_count_is_count_chains_in_turn():
         one.observe_chain(2, 3, proposed=6, accepted=4, predicted=1.5)
     many.observe_chain(2, 3, proposed=6, accepted=4, predicted=4.5, count=3)
     assert one.counts() == many.counts() and one.scale == pytest.approx(many.scale)
+
+
+def test_a_plan_is_made_again_after_steps_that_drafted_and_rarely_over_steps_that_did_not(monkeypatch):
+    from pld.vllm_budget import IDLE_STEPS, REPLAN_EVERY
+
+    budget = StepBudget(8, verify_cost=0.0)
+    plans = []
+    replan = budget._replan
+    monkeypatch.setattr(budget, "_replan", lambda *a: (plans.append(len(steps)), replan(*a)))
+    steps = []
+    strong = (ROW, 3, 3, 8)
+    for _ in range(3 * REPLAN_EVERY):  # every step drafts: a plan every REPLAN_EVERY steps
+        assert budget.choose([strong], 1)[0][0] > 0
+        steps.append(1)
+    assert plans == [0, REPLAN_EVERY, 2 * REPLAN_EVERY]
+    del plans[:]
+    first = len(steps)  # (the last plan is REPLAN_EVERY drafted steps old: made again at once)
+    for _ in range(2 * REPLAN_EVERY * IDLE_STEPS):  # nothing to draft: a plan every REPLAN_EVERY * IDLE_STEPS
+        assert budget.choose([None], 1) == [(0, 0.0)]
+        steps.append(0)
+    assert plans == [first, first + REPLAN_EVERY * IDLE_STEPS]
