@@ -44,10 +44,10 @@ def test_batched_and_single_runs_are_summarized_apart(tmp_path):
     summary = vb.summarize(rows, ["plain", "pld"])
     assert [(s["concurrency"], s["method"]) for s in summary] == [(1, "plain"), (1, "pld"), (8, "plain"), (8, "pld")]
     assert summary[3]["vs_plain_median"] == pytest.approx(0.5)
-    drafter = [{"context": 1024, "pld_us": 2.0, "vllm-ngram_us": 20.0, "pld_mean_us": 4.0, "vllm-ngram_mean_us": 22.0}]
+    drafter = [{"rows": 1, "context": 1024, "pld_us": 2.0, "vllm-ngram_us": 20.0, "pld_mean_us": 4.0, "vllm-ngram_mean_us": 22.0}]
     text = vb.table(summary, drafter, "CAPTION")
     assert "| rag | 8 | pld | 20.00 | 0.50x, 0.50x |" in text
-    assert "| 1024 | 2.0; 4.0 | 20.0; 22.0 | 10.0x; 5.5x |" in text and text.endswith("CAPTION")
+    assert "| 1 | 1024 | 2.0; 4.0 | 20.0; 22.0 | 10.0x; 5.5x |" in text and text.endswith("CAPTION")
     vb.plot(summary, str(tmp_path / "p.png"), "CAPTION")
     assert (tmp_path / "p.png").stat().st_size > 1000
 

