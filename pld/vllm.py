@@ -164,14 +164,6 @@ class _Request:
         self.key: Tuple[int, ...] = ()
         self.support = 1  # its chains' support bucket: 1 + its last drafts accepted whole in a row (<= 2)
 
-    def follow(self, tokens: np.ndarray, at: int, n: int, want: int) -> List[int]:
-        """Take the row's tokens [self.n, n) (the row starts at flat index
-        ``at`` of ``tokens``; n >= self.n), then the draft of at most
-        ``want`` tokens (none if 0)."""
-        draft = self.index.follow(tokens, at, n, want)
-        self.n = n
-        return draft
-
     def truncate(self, n: int) -> None:
         """Keep the first n tokens; the drafts' history starts again (a
         request that shares them, or lost tokens, drafts as a fresh one
@@ -381,14 +373,17 @@ class Drafter:
         step). A row's chain has support 1 + the request's last drafts
         accepted whole in a row, at most 2 (the index counts no
         occurrences; acceptance runs in streaks: a copy under way)."""
-        want = self.options.max_model_len - n
-        if want > self.options.k:
-            want = self.options.k
+        options = self.options
+        want = options.max_model_len - n
+        if want > options.k:
+            want = options.k
         if want < 0 or state.length is not None and not state.length.next():
             want = 0
-        draft = state.follow(tokens, at, n, want)
+        index = state.index
+        draft = index.follow(tokens, at, n, want)  # the row's tokens [state.n, n), then the draft
+        state.n = n
         if draft:
-            ngram = state.index.last_ngram
+            ngram = index.last_ngram
             return state, draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, state.support, len(draft))
         if not want or self.corpus is None or not len(self.corpus):
             return None
