@@ -23,8 +23,8 @@ requests (each request's first ones first) while the expected tokens of
 the step, ``rows + their summed reach``, per unit of c grow. Reach depends
 on the bucket alone, so a plan is a depth per bucket, made by sorting a few
 dozen (bucket, depth) groups whatever the batch; it is made again after
-REPLAN_EVERY steps that drafted (with the outcomes learned since; a step
-that drafted nothing, which only times a step, counts 1/IDLE_STEPS of one),
+REPLAN_EVERY steps with something to draft (with the outcomes learned
+since; a step where no row had a match counts 1/IDLE_STEPS of one),
 or at once when the batch-size class changes or a bucket it lacks appears,
 so a step between costs a dictionary look-up a request. After EXPLORE_EVERY steps that
 drafted nothing though there were candidates, every request drafts its
@@ -45,12 +45,13 @@ from .width_budget import EXPLORE_EVERY
 #: drafts nothing (the unit of its learned cost, t(1), kept current).
 PLAIN_EVERY = 64
 
-#: Steps that drafted a plan (a depth per bucket) is kept before it is made
-#: again with what was learned since...
+#: Steps with something to draft a plan (a depth per bucket) is kept before
+#: it is made again with what was learned since...
 REPLAN_EVERY = 16
-#: ...where IDLE_STEPS steps that drafted nothing count as one (they teach
-#: the plan no outcome; at one row of text that nothing matches, a plan
-#: every 256 steps and not 16). Level with 1 on the fit set's replays.
+#: ...where IDLE_STEPS steps at which no row had a match count as one (no
+#: choice was made, no outcome will come; at one row of text that nothing
+#: matches, a plan every 256 steps and not 16). Level with 1 on the fit
+#: set's replays.
 IDLE_STEPS = 16
 
 #: Slope of c(w) while a class has no timed step with drafts yet: optimistic,
@@ -151,7 +152,7 @@ class StepBudget:
                     self._idle = 0
                     chosen, drafted = self._first_tokens(candidates)
         self.since_plain[key] = since + 1 if drafted else 0
-        self._plan_age += IDLE_STEPS if drafted else 1
+        self._plan_age += IDLE_STEPS if any(candidates) else 1
         if learned:  # (the time from this call to the next)
             self._last = (now, key, 1 + drafted) if rows else None
         return chosen

@@ -257,21 +257,22 @@ def test_observe_chain_count_is_count_chains_in_turn():
     assert one.counts() == many.counts() and one.scale == pytest.approx(many.scale)
 
 
-def test_a_plan_is_made_again_after_steps_that_drafted_and_rarely_over_steps_that_did_not(monkeypatch):
+@pytest.mark.parametrize("slope", [0.0, 50.0])
+def test_a_plan_is_made_again_after_steps_with_matches_and_rarely_over_steps_without(monkeypatch, slope):
     from pld.vllm_budget import IDLE_STEPS, REPLAN_EVERY
 
-    budget = StepBudget(8, verify_cost=0.0)
+    budget = StepBudget(8, verify_cost=slope)
     plans = []
     replan = budget._replan
     monkeypatch.setattr(budget, "_replan", lambda *a: (plans.append(len(steps)), replan(*a)))
     steps = []
-    strong = (ROW, 3, 3, 8)
-    for _ in range(3 * REPLAN_EVERY):  # every step drafts: a plan every REPLAN_EVERY steps
-        assert budget.choose([strong], 1)[0][0] > 0
+    weak = (ROW, 1, 1, 8)
+    for _ in range(3 * REPLAN_EVERY):  # a match every step, drafted (slope 0) or not: a plan every REPLAN_EVERY
+        assert (budget.choose([weak], 1)[0][0] > 0) == (slope == 0.0) or budget._idle == 0
         steps.append(1)
     assert plans == [0, REPLAN_EVERY, 2 * REPLAN_EVERY]
     del plans[:]
-    first = len(steps)  # (the last plan is REPLAN_EVERY drafted steps old: made again at once)
+    first = len(steps)  # (the last plan is REPLAN_EVERY steps old: made again at once)
     for _ in range(2 * REPLAN_EVERY * IDLE_STEPS):  # nothing to draft: a plan every REPLAN_EVERY * IDLE_STEPS
         assert budget.choose([None], 1) == [(0, 0.0)]
         steps.append(0)
