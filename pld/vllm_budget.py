@@ -22,14 +22,15 @@ The plan takes the draft tokens likeliest to be reached across all
 requests (each request's first ones first) while the expected tokens of
 the step, ``rows + their summed reach``, per unit of c grow. Reach depends
 on the bucket alone, so a plan is a depth per bucket, made by sorting a few
-dozen (bucket, depth) groups whatever the batch; it is made again after
+dozen (bucket, depth) groups whatever the batch, and each bucket's depth
+worked out when a row first draws on it. It is made again after
 REPLAN_EVERY steps with something to draft (with the outcomes learned
-since; a step where no row had a match counts 1/IDLE_STEPS of one),
-or at once when the batch-size class changes or a bucket it lacks appears,
-so a step between costs a dictionary look-up a request. After EXPLORE_EVERY steps that
-drafted nothing though there were candidates, every request drafts its
-first token again. The drafts never change vLLM's output; only the step's
-cost does.
+since; a step where no row had a match counts 1/IDLE_STEPS of one), or at
+once when the batch-size class changes or a bucket it lacks appears, so a
+step between costs a dictionary look-up a request. After EXPLORE_EVERY
+steps that drafted nothing though there were candidates, every request
+drafts its first token again. The drafts never change vLLM's output;
+only the step's cost does.
 """
 from __future__ import annotations
 
@@ -98,7 +99,7 @@ class StepBudget:
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
         self._stale: set = set()
         self._plan_key = -1
-        self._plan_age = REPLAN_EVERY * IDLE_STEPS  # (in 1/IDLE_STEPS of a step that drafted)
+        self._plan_age = REPLAN_EVERY * IDLE_STEPS  # (in 1/IDLE_STEPS of a step with a match)
 
     # ----------------------------------------------------------- the cost
 
