@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+#: Run here; serving_with_vllm.ipynb needs vLLM and runs in CI's vLLM stage
+#: (tests/vllm_engine/test_vllm_notebook.py).
+RUN_HERE = [p for p in NOTEBOOKS if p.name != "serving_with_vllm.ipynb"]
 
 pytestmark = [pytest.mark.torch, pytest.mark.notebook]
 
 
 def test_the_notebooks_exist():
-    assert {p.name for p in NOTEBOOKS} >= {"speedup_tables.ipynb", "demo.ipynb"}
+    assert {p.name for p in NOTEBOOKS} >= {"speedup_tables.ipynb", "demo.ipynb", "serving_with_vllm.ipynb"}
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -26,7 +29,7 @@ def test_committed_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None, f"{path.name}: outputs committed"
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", RUN_HERE, ids=lambda p: p.name)
 def test_runs_clean(path, tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
