@@ -132,10 +132,10 @@ class LearnedCost:
                 continue
             if len(recent) < WINDOW:
                 recent.append((int(width), float(seconds)))
-            if width == 1:
+            if width == 1 and len(plain) < PLAIN_SAMPLES:
                 plain.append(float(seconds))
-                if len(plain) == PLAIN_SAMPLES and len(recent) == WINDOW:
-                    break
+            if len(recent) == WINDOW and len(plain) == PLAIN_SAMPLES:
+                break
         if not recent:
             return
         with self._lock:

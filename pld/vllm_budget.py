@@ -89,11 +89,11 @@ class StepBudget:
         self._idle = 0
         self._last: Optional[Tuple[float, int, int]] = None  # (time, size class, width) of the last step
         self._outcomes: List[Tuple[Group, int, int, float]] = []  # learned at the next plan
-        self._timed: List[Tuple[int, int, float]] = []  # (size class, width, seconds): likewise
+        self._timed: Dict[int, List[Tuple[int, float]]] = {}  # size class -> (width, seconds): likewise
         self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, reach at depths 1..k), on demand
         self._taken: Dict[Group, int] = {}  # the plan's depth for the groups its rows drew on
         self._alone: Tuple[float, List[float]] = (1.0, [1.0])  # (gained, c at depths 0..k) of a row alone
-        self._reaches: Dict[Group, List[float]] = {}  # the plan's reach of the groups its rows drew on
+        self._reaches: Dict[Group, List[float]] = {}  # the plan's reach of the groups asked so far
         self._chosen: Dict[Candidate, Tuple[int, float]] = {}  # what the plan gives a candidate
         self._groups = {(ROW, n, s) for n in range(1, NGRAM_BUCKETS) for s in range(1, SUPPORT_BUCKETS + 1)}  # planned
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
@@ -132,7 +132,7 @@ class StepBudget:
         if learned:
             now, last = self.clock(), self._last
             if same_rows and last is not None:
-                self._timed.append((last[1], last[2], now - last[0]))
+                self._timed.setdefault(last[1], []).append((last[2], now - last[0]))
         key = size_class(rows)
         since = self.since_plain.get(key, PLAIN_EVERY)
         if not rows or learned and since >= PLAIN_EVERY:  # a step that measures t(1)
@@ -206,10 +206,9 @@ class StepBudget:
                 for j in range(min(c[3], self.k)):
                     counts[j] += 1
         self._groups.update(wanting)
-        self._plan, self._chosen = {}, {}
-        self._reaches = {g: self.reach(*g) for g in wanting}
-        items = sorted(((self._reaches[g][j], g, j, n) for g, counts in wanting.items() for j, n in enumerate(counts)
-                        if n), key=lambda t: -t[0])
+        self._plan, self._chosen, self._reaches = {}, {}, {}
+        items = sorted(((self._plan_reach(g)[j], g, j, n) for g, counts in wanting.items()
+                        for j, n in enumerate(counts) if n), key=lambda t: -t[0])
         gained, width, best = float(rows), 1, (float(rows), 1)
         best_rate, taken = rows / cost(1), 0
         for i, (reach, _, _, count) in enumerate(items):  # (the rate rises, then falls: stop there)
@@ -236,7 +235,7 @@ class StepBudget:
         if planned is None:
             if group not in self._groups:
                 return None
-            reach = self._reaches.get(group) or self.reach(*group)
+            reach = self._plan_reach(group)
             gained, costs = self._alone
             rate, d = gained / costs[0], 0
             for j, r in enumerate(reach):
@@ -248,6 +247,14 @@ class StepBudget:
             taken = self._taken.get(group, 0)
             planned = self._plan[group] = (d if d > taken else taken, reach)
         return planned
+
+    def _plan_reach(self, group: Group) -> List[float]:
+        """:meth:`reach` of ``group``, once a plan (the model learns only
+        when a plan is made)."""
+        reach = self._reaches.get(group)
+        if reach is None:
+            reach = self._reaches[group] = self.reach(*group)
+        return reach
 
     def _learn(self) -> None:
         """The outcomes and step times gathered since the last plan."""
@@ -263,10 +270,7 @@ class StepBudget:
             self.model.observe_chain(group[1], group[2], proposed, accepted, group[0], predicted, int(count))
             self._stale.add(group)
         self._outcomes.clear()
-        timed: Dict[int, List[Tuple[int, float]]] = {}
-        for key, width, seconds in self._timed:
-            timed.setdefault(key, []).append((width, seconds))
-        for key, samples in timed.items():
+        for key, samples in self._timed.items():
             cost = self.costs.get(key)
             if cost is None:
                 cost = self.costs[key] = LearnedCost()
