@@ -23,6 +23,15 @@ def test_methods_map_to_vllm_arguments():
     assert vb.speculative_config("pld", 10) == {
         "speculative_config": {"model": "pld.vllm.Drafter", "num_speculative_tokens": 10}}
     assert vb.speculative_config("pld-corpus", 10)["additional_config"] == {"pld": {"learn": True}}
+    on_gpu = vb.speculative_config("ngram-gpu", 10)["speculative_config"]
+    assert (on_gpu["method"], on_gpu["prompt_lookup_min"], on_gpu["prompt_lookup_max"]) == ("ngram_gpu", 1, 3)
+
+
+def test_engines_ask_for_a_share_of_a_gpu_and_nothing_on_a_cpu(monkeypatch):
+    monkeypatch.setattr(vb, "on_cuda", lambda: False)
+    assert vb.memory_options() == {}
+    monkeypatch.setattr(vb, "on_cuda", lambda: True)
+    assert vb.memory_options() == {"gpu_memory_utilization": 0.1}
 
 
 def test_summary_ratios_tokens_per_forward_and_identical_outputs():
@@ -75,6 +84,19 @@ def test_acceptance_reads_vllms_per_request_metrics():
     done = types.SimpleNamespace(spec_decode_metrics=types.SimpleNamespace(histogram=[4, 2, 0, 3], num_draft_tokens=20))
     assert vb.acceptance(done) == {"accepted": 2.0 + 9.0, "draft_tokens": 20.0}
     assert vb.acceptance(types.SimpleNamespace(spec_decode_metrics=None)) == {"accepted": 0.0, "draft_tokens": 0.0}
+
+
+def test_a_vllm_without_per_request_metrics_gives_n_a_not_one_token_a_forward():
+    import math
+    import types
+
+    counts = vb.acceptance(types.SimpleNamespace())  # a release before per_request_spec_decode_metrics
+    assert math.isnan(counts["accepted"]) and math.isnan(counts["draft_tokens"])
+    rows = [_row(0, "plain", 100, 10.0, accepted=counts["accepted"]),
+            _row(0, "pld", 100, 5.0, accepted=counts["accepted"])]
+    summary = vb.summarize(rows, ["plain", "pld"])
+    assert math.isnan(summary[1]["tokens_per_forward"])
+    assert "| rag | 1 | pld | 20.00 | 2.00x, 2.00x | n/a | n/a | 1/1 |" in vb.table(summary, [], "C")
 
 
 def test_the_stream_part_runs_six_categories_in_order_on_each_engine(monkeypatch, tmp_path):

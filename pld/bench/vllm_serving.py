@@ -4,7 +4,8 @@ Parts (``--parts``):
 
   engine   tokens/s of each method (vLLM plain, twice for an A/A pair;
            vLLM ngram at its defaults and at settings matched to pld's;
-           pld's drafter with the prompt only, and with a corpus kept
+           on a GPU, vLLM's ngram_gpu at pld's settings where the vLLM
+           release has it; pld's drafter with the prompt only, and with a corpus kept
            across the prompts), one request at a time and
            ``--concurrency`` requests at once, every engine kept alive
            and the methods alternating per prompt (per batch); tokens
@@ -29,20 +30,22 @@ and OUT/vllm.png.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
+import math
 import os
 import platform
 import statistics
 import time
 import types
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, get_args
 
 import numpy as np
 
 from ..config import check_size
 from . import report
 
-METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "suffix", "pld", "pld-corpus")
+METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "ngram-gpu", "suffix", "pld", "pld-corpus")
 #: The drafter's time: (rows, tokens of context) a case.
 DRAFTER_CASES = ((1, 1024), (1, 4096), (1, 16384), (1, 32768), (64, 16384))
 
@@ -62,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--k", type=int, default=10, help="num_speculative_tokens (default 10)")
     p.add_argument("--concurrency", type=int, default=8, help="requests at once in the batched runs (0: none)")
-    p.add_argument("--methods", default="plain,plain-again,ngram,ngram-matched,suffix,pld,pld-corpus")
+    p.add_argument("--methods", default="plain,plain-again,ngram,ngram-matched,ngram-gpu,suffix,pld,pld-corpus")
     p.add_argument("--kv-cache-bytes", type=int, default=1 << 30)
     p.add_argument("--out", default="bench-out/vllm")
 
@@ -127,6 +130,9 @@ def speculative_config(method: str, k: int, corpus_file: str = "") -> Dict[str, 
     if method == "ngram-matched":
         return {"speculative_config": {"method": "ngram", "num_speculative_tokens": k,
                                        "prompt_lookup_min": 1, "prompt_lookup_max": 3}}
+    if method == "ngram-gpu":
+        return {"speculative_config": {"method": "ngram_gpu", "num_speculative_tokens": k,
+                                       "prompt_lookup_min": 1, "prompt_lookup_max": 3}}
     if method == "suffix":
         return {"speculative_config": {"method": "suffix", "num_speculative_tokens": k}}
     spec = {"speculative_config": {"model": "pld.vllm.Drafter", "num_speculative_tokens": k}}
@@ -135,20 +141,44 @@ def speculative_config(method: str, k: int, corpus_file: str = "") -> Dict[str, 
     return spec
 
 
+def on_cuda() -> bool:
+    """Whether vLLM runs on a CUDA device here, asked through vLLM's own
+    platform (NVML): ``torch.cuda.is_available()`` initialises CUDA in this
+    process, and the engine processes vLLM forks from it then fail ("Cannot
+    re-initialize CUDA in forked subprocess")."""
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cuda())
+
+
+def memory_options() -> Dict[str, Any]:
+    """LLM() options for engines that share one machine. On a GPU each
+    engine asks for a tenth of the device up front (vLLM refuses to start
+    where less is free than ``gpu_memory_utilization`` asks, 0.9 by
+    default) and its KV cache is ``kv_cache_memory_bytes``; vLLM's CPU
+    backend takes ``kv_cache_memory_bytes`` alone."""
+    return {"gpu_memory_utilization": 0.1} if on_cuda() else {}
+
+
 def start(method: str, model: str, k: int, kv_bytes: int) -> Any:
     from vllm import LLM
+    from vllm.engine.arg_utils import EngineArgs
 
     spec = speculative_config(method, k)
-    if spec:  # acceptance per request, in each output (the Prometheus counters are one per process)
+    if spec and "per_request_spec_decode_metrics" in {f.name for f in dataclasses.fields(EngineArgs)}:
+        # acceptance per request, in each output (the Prometheus counters are one per process)
         spec["per_request_spec_decode_metrics"] = "summary"
     return LLM(model=model, dtype="float32", max_model_len=8192, enforce_eager=True, seed=0,
-               kv_cache_memory_bytes=kv_bytes, **spec)
+               kv_cache_memory_bytes=kv_bytes, **memory_options(), **spec)
 
 
 def acceptance(completion: Any) -> Dict[str, float]:
     """(accepted, draft tokens) of one completion, from vLLM's per-request
-    spec-decode metrics (zeros without speculation)."""
-    m = getattr(completion, "spec_decode_metrics", None)
+    spec-decode metrics: zeros without speculation, NaN where the vLLM
+    release keeps no such metrics (before per_request_spec_decode_metrics)."""
+    if not hasattr(completion, "spec_decode_metrics"):
+        return {"accepted": math.nan, "draft_tokens": math.nan}
+    m = completion.spec_decode_metrics
     if m is None:
         return {"accepted": 0.0, "draft_tokens": 0.0}
     return {"accepted": float(sum(j * c for j, c in enumerate(m.histogram))), "draft_tokens": float(m.num_draft_tokens)}
@@ -168,7 +198,13 @@ def timed_generate(llm: Any, prompts: List[List[int]], max_new_tokens: int) -> D
     accepted = sum(c["accepted"] for c in counts)
     return {"seconds": seconds, "tokens": tokens, "outputs": outputs, "accepted": accepted,
             "draft_tokens": sum(c["draft_tokens"] for c in counts),
-            "tokens_per_forward": tokens / max(1.0, tokens - accepted)}
+            "tokens_per_forward": per_forward(tokens, accepted)}
+
+
+def per_forward(tokens: float, accepted: float) -> float:
+    """Tokens per target forward: each forward gives one token of its own
+    and the drafts it accepted (NaN where acceptance was not measured)."""
+    return math.nan if math.isnan(accepted) else tokens / max(1.0, tokens - accepted)
 
 
 def model_folder(args: argparse.Namespace) -> str:
@@ -218,7 +254,9 @@ def stream_items(args: argparse.Namespace, model: str) -> List[Any]:
 
 
 def available(methods: Sequence[str]) -> List[str]:
-    """The methods this vLLM can run (suffix needs arctic-inference)."""
+    """The methods this vLLM can run (suffix needs arctic-inference;
+    ngram-gpu, vLLM's n-gram drafter on the GPU, a CUDA device and a vLLM
+    that has it)."""
     import importlib.util
 
     out = []
@@ -228,8 +266,23 @@ def available(methods: Sequence[str]) -> List[str]:
         if m == "suffix" and importlib.util.find_spec("arctic_inference") is None:
             print("suffix: left out (arctic-inference is not installed)")
             continue
+        if m == "ngram-gpu" and not _has_ngram_gpu():
+            print("ngram-gpu: left out (needs CUDA and a vLLM with method ngram_gpu)")
+            continue
         out.append(m)
     return out
+
+
+def _has_ngram_gpu() -> bool:
+    if not on_cuda():
+        return False
+    from vllm.config import speculative
+
+    def names(t: Any) -> set:
+        args = get_args(t)
+        return {t} if not args else set().union(*(names(a) for a in args))
+
+    return "ngram_gpu" in names(getattr(speculative, "SpeculativeMethod", None))
 
 
 def engine_runs(args: argparse.Namespace) -> List[Dict[str, Any]]:
@@ -292,7 +345,7 @@ def summarize(rows: List[Dict[str, Any]], methods: Sequence[str]) -> List[Dict[s
             out.append({"task": task, "concurrency": max(r["concurrency"] for r in mine), "method": m,
                         "tokens_per_s": tps, "vs_plain_median": statistics.median(ratios),
                         "vs_plain_min": min(ratios),
-                        "tokens_per_forward": tokens / max(1.0, tokens - sum(r["accepted"] for r in mine)),
+                        "tokens_per_forward": per_forward(tokens, sum(r["accepted"] for r in mine)),
                         "accepted_share": sum(r["accepted"] for r in mine) / max(1.0, sum(r["draft_tokens"] for r in mine)),
                         "identical": f"{same}/{len(mine)}"})
     return out
@@ -305,8 +358,9 @@ def table(summary: List[Dict[str, Any]], drafter: List[Dict[str, Any]], caption:
                   "| drafts accepted | identical to plain |", "|---|--:|---|--:|--:|--:|--:|--:|"]
         for s in summary:
             lines.append(f"| {s['task']} | {s['concurrency']} | {s['method']} | {s['tokens_per_s']:.2f} | "
-                         f"{s['vs_plain_median']:.2f}x, {s['vs_plain_min']:.2f}x | {s['tokens_per_forward']:.2f} | "
-                         f"{100 * s['accepted_share']:.0f}% | {s['identical']} |")
+                         f"{s['vs_plain_median']:.2f}x, {s['vs_plain_min']:.2f}x | "
+                         f"{_or_na(s['tokens_per_forward'], '.2f')} | "
+                         f"{_or_na(100 * s['accepted_share'], '.0f', '%')} | {s['identical']} |")
         lines.append("")
     if drafter:
         lines += ["| rows | context | pld drafter (µs/step, median; mean) | vLLM NgramProposer (µs/step, median; "
@@ -320,6 +374,10 @@ def table(summary: List[Dict[str, Any]], drafter: List[Dict[str, Any]], caption:
     return "\n".join(lines + [caption])
 
 
+def _or_na(x: float, spec: str, unit: str = "") -> str:
+    return "n/a" if math.isnan(x) else format(x, spec) + unit
+
+
 def caption(args: argparse.Namespace) -> str:
     import torch
     import vllm
@@ -327,7 +385,8 @@ def caption(args: argparse.Namespace) -> str:
     import pld
 
     parts = args.parts.split(",")
-    return (f"vLLM {vllm.__version__} on {report._cpu_name()}, {os.cpu_count()} cores; model "
+    gpu = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, eager), host " if on_cuda() else ""
+    return (f"vLLM {vllm.__version__} on {gpu}{report._cpu_name()}, {os.cpu_count()} cores; model "
             f"{args.model or 'SmolLM2-135M-Instruct (embedded, exported)'}, float32, greedy, k={args.k}, "
             f"<= {args.max_new_tokens} new tokens; "
             + (f"Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} ({args.single} of them one at a "
