@@ -5,8 +5,8 @@ Parts (``--parts``):
   engine   tokens/s of each method (vLLM plain, twice for an A/A pair;
            vLLM ngram at its defaults and at settings matched to pld's;
            on a GPU, vLLM's ngram_gpu at pld's settings where the vLLM
-           release has it; pld's drafter with the prompt only, and with a corpus kept
-           across the prompts), one request at a time and
+           release has it; pld's drafter with the prompt only, and with
+           a corpus kept across the prompts), one request at a time and
            ``--concurrency`` requests at once, every engine kept alive
            and the methods alternating per prompt (per batch); tokens
            per forward from vLLM's per-request spec-decode metrics;
