@@ -88,7 +88,9 @@ class StepBudget:
         self.since_plain: Dict[int, int] = {}
         self._idle = 0
         self._last: Optional[Tuple[float, int, int]] = None  # (time, size class, width) of the last step
-        self._outcomes: List[Tuple[Group, int, int, float]] = []  # learned at the next plan
+        #: (group, proposed, accepted, predicted) of each draft vLLM answered, learned at
+        #: the next plan: appended by :meth:`accepted`, or by pld._core.draft_rows
+        self.outcomes: List[Tuple[Group, int, int, float]] = []
         self._timed: Dict[int, List[Tuple[int, float]]] = {}  # size class -> (width, seconds): likewise
         self._plan: Dict[Group, Tuple[int, List[float]]] = {}  # group -> (depth, reach at depths 1..k), on demand
         self._taken: Dict[Group, int] = {}  # the plan's depth for the groups its rows drew on
@@ -132,11 +134,14 @@ class StepBudget:
         if learned:
             now, last = self.clock(), self._last
             if same_rows and last is not None:
-                self._timed.setdefault(last[1], []).append((last[2], now - last[0]))
-        key = size_class(rows)
+                timed = self._timed.get(last[1])
+                if timed is None:
+                    timed = self._timed[last[1]] = []
+                timed.append((last[2], now - last[0]))
+        key = (rows - 1).bit_length() if rows else 0  # size_class(rows), inline: this runs every step
         since = self.since_plain.get(key, PLAIN_EVERY)
         if not rows or learned and since >= PLAIN_EVERY:  # a step that measures t(1)
-            chosen, drafted = [NOTHING] * len(candidates), 0
+            chosen, drafted, wanted = [NOTHING] * len(candidates), 0, any(candidates)
         else:
             if self._plan_age >= REPLAN_EVERY * IDLE_STEPS or key != self._plan_key:
                 self._replan(candidates, rows, key)
@@ -153,7 +158,7 @@ class StepBudget:
                     self._idle = 0
                     chosen, drafted = self._first_tokens(candidates)
         self.since_plain[key] = since + 1 if drafted else 0
-        self._plan_age += IDLE_STEPS if any(candidates) else 1
+        self._plan_age += IDLE_STEPS if wanted else 1
         if learned:  # (the time from this call to the next)
             self._last = (now, key, 1 + drafted) if rows else None
         return chosen
@@ -175,7 +180,7 @@ class StepBudget:
                 if planned is None:
                     return None
                 d = c[3] if c[3] < planned[0] else planned[0]
-                got = chosen[c] = (d, sum(planned[1][:d]))
+                got = chosen[c] = (d, sum(planned[1][:d], 0.0))
             out.append(got)
             drafted += got[0]
             wanted = True
@@ -259,7 +264,7 @@ class StepBudget:
     def _learn(self) -> None:
         """The outcomes and step times gathered since the last plan."""
         chains: Dict[Tuple[Group, int, int], List[float]] = {}  # (group, proposed, accepted) -> [drafts, predicted]
-        for group, proposed, accepted, predicted in self._outcomes:
+        for group, proposed, accepted, predicted in self.outcomes:
             same = chains.get((group, proposed, accepted))
             if same is None:
                 chains[group, proposed, accepted] = [1, predicted]
@@ -269,7 +274,7 @@ class StepBudget:
         for (group, proposed, accepted), (count, predicted) in chains.items():
             self.model.observe_chain(group[1], group[2], proposed, accepted, group[0], predicted, int(count))
             self._stale.add(group)
-        self._outcomes.clear()
+        self.outcomes.clear()
         for key, samples in self._timed.items():
             cost = self.costs.get(key)
             if cost is None:
@@ -304,4 +309,4 @@ class StepBudget:
         """vLLM kept ``accepted`` of the ``proposed`` tokens of a draft of
         this candidate's bucket, for which :meth:`choose` predicted
         ``predicted`` (learned at the next plan)."""
-        self._outcomes.append((candidate[:3], proposed, accepted, predicted))
+        self.outcomes.append((candidate[:3], proposed, accepted, predicted))
