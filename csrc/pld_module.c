@@ -34,10 +34,12 @@
  *     is read with the GIL held: another thread could resize the tensor.
  *
  * Sections: errors | views of arrays | token inputs | float inputs | small
- * parsers | find_candidate | NgramIndex | Corpus | acceptance | module.
+ * parsers | find_candidate | NgramIndex | DraftState | Corpus | acceptance |
+ * module.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -1732,17 +1734,73 @@ static PyObject *NgramIndex_first_unequal(NgramIndexObject *self, PyObject *cons
     return PyLong_FromSsize_t(i);
 }
 
+/* Extend self by the ids run[at + len(self) : at + n]; the caller has
+ * checked that len(self) <= n and at + n <= run->len. 0, or -1 with an
+ * exception set. */
+static int index_take(NgramIndexObject *self, const id_run *run, Py_ssize_t at, size_t n)
+{
+    size_t len = pld_index_len(self->index), count = n - len, i;
+    const char *p = run->data + (at + (Py_ssize_t)len) * run->itemsize;
+    int64_t *scratch;
+    pld_status st = PLD_OK;
+    if (count == 0)
+        return 0;
+    self->busy = 1;
+    if (run->kind == 'i' && run->itemsize == 4 && is_aligned(p, 4)) {
+        PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
+                              st = pld_index_extend_i32(self->index, (const int32_t *)p, count));
+    } else if (run->kind == 'i' && run->itemsize == 8 && is_aligned(p, 8)) {
+        PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
+                              st = pld_index_extend(self->index, (const int64_t *)p, count));
+    } else {
+        scratch = PyMem_Malloc(count * sizeof(int64_t));
+        if (scratch == NULL) {
+            self->busy = 0;
+            PyErr_NoMemory();
+            return -1;
+        }
+        for (i = 0; i < count; i++)
+            if (load_id(p + i * run->itemsize, run->kind, run->itemsize, "rows", &scratch[i]) < 0) {
+                self->busy = 0;
+                PyMem_Free(scratch);
+                return -1;
+            }
+        st = pld_index_extend(self->index, scratch, count);
+        PyMem_Free(scratch);
+    }
+    self->busy = 0;
+    if (st != PLD_OK) {
+        raise_status(st, "rows");
+        return -1;
+    }
+    return 0;
+}
+
+/* The draft the index proposes after its last token, at most `want` long
+ * (0: none, an empty list), with the defaults of propose(). */
+static PyObject *index_follow_draft(NgramIndexObject *self, size_t want)
+{
+    pld_lookup_opts opts;
+    if (want == 0) {
+        self->last_ngram = 0;
+        return PyList_New(0);
+    }
+    opts.semantics = PLD_SEED;
+    opts.max_length = -1;
+    opts.eos = NULL;
+    opts.n_eos = 0;
+    return index_draft(self, want, &opts);
+}
+
 /* follow(rows, at, n, want) -> list: extend by the ids rows[at + len(self) :
  * at + n] (n >= len(self)), then propose(want) (want 0: no proposal, []). */
 static PyObject *NgramIndex_follow(NgramIndexObject *self, PyObject *const *args,
                                    Py_ssize_t nargs)
 {
-    Py_ssize_t at, i;
-    size_t n, want, len, count;
+    Py_ssize_t at;
+    size_t n, want, len;
     id_run run;
-    pld_status st = PLD_OK;
     PyObject *result = NULL;
-    int64_t *scratch = NULL;
     if (nargs != 4) {
         PyErr_Format(PyExc_TypeError, "follow(rows, at, n, want) takes 4 arguments, got %zd", nargs);
         return NULL;
@@ -1775,51 +1833,9 @@ static PyObject *NgramIndex_follow(NgramIndexObject *self, PyObject *const *args
                      n, at);
         goto done;
     }
-    count = n - len;
-    if (count) {
-        const char *p = run.data + (at + (Py_ssize_t)len) * run.itemsize;
-        self->busy = 1;
-        if (run.kind == 'i' && run.itemsize == 4 && is_aligned(p, 4)) {
-            PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
-                                  st = pld_index_extend_i32(self->index, (const int32_t *)p, count));
-        } else if (run.kind == 'i' && run.itemsize == 8 && is_aligned(p, 8)) {
-            PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
-                                  st = pld_index_extend(self->index, (const int64_t *)p, count));
-        } else {
-            scratch = PyMem_Malloc(count * sizeof(int64_t));
-            if (scratch == NULL) {
-                self->busy = 0;
-                PyErr_NoMemory();
-                goto done;
-            }
-            for (i = 0; i < (Py_ssize_t)count; i++)
-                if (load_id(p + i * run.itemsize, run.kind, run.itemsize, "rows", &scratch[i]) < 0) {
-                    self->busy = 0;
-                    goto done;
-                }
-            st = pld_index_extend(self->index, scratch, count);
-        }
-        self->busy = 0;
-        if (st != PLD_OK) {
-            raise_status(st, "rows");
-            goto done;
-        }
-    }
-    if (want == 0) {
-        self->last_ngram = 0;
-        result = PyList_New(0);
-        goto done;
-    }
-    {
-        pld_lookup_opts opts;
-        opts.semantics = PLD_SEED;
-        opts.max_length = -1;
-        opts.eos = NULL;
-        opts.n_eos = 0;
-        result = index_draft(self, want, &opts);
-    }
+    if (index_take(self, &run, at, n) == 0)
+        result = index_follow_draft(self, want);
 done:
-    PyMem_Free(scratch);
     PyBuffer_Release(&run.view);
     return result;
 }
@@ -1908,6 +1924,550 @@ static PyTypeObject NgramIndexType = {
     .tp_methods = NgramIndex_methods,
     .tp_getset = NgramIndex_getset,
     .tp_init = (initproc)NgramIndex_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* ============================================================== DraftState */
+
+/* One request's drafting state in pld.vllm's drafter, and the step over
+ * every row of a vLLM batch (draft_rows). The drafter subclasses DraftState
+ * in Python and keeps its rare paths there (a new, moved or resumed request,
+ * truncation, the corpus); a step in which every row is still the request
+ * last seen there runs here, in one call. */
+
+/* The row check: the first DRAFT_HEAD tokens, the last DRAFT_TAIL of what
+ * the state holds, and a rolling window of DRAFT_WINDOW (pld.vllm). */
+#define DRAFT_HEAD 16
+#define DRAFT_TAIL 32
+#define DRAFT_WINDOW 256
+/* pld.acceptance_buckets: the origin of a row's own text, and the n-gram
+ * and support buckets. */
+#define BUCKET_ROW 0
+#define NGRAM_BUCKETS 4
+#define SUPPORT_BUCKETS 3
+
+typedef struct {
+    PyObject_HEAD
+    NgramIndexObject *index; /* the request's tokens (NULL until __init__) */
+    Py_ssize_t cursor;       /* where the rolling check goes on */
+    Py_ssize_t proposed;     /* tokens of the last draft vLLM has not answered (0: none) */
+    int support;             /* its chains' support bucket, 1..SUPPORT_BUCKETS */
+    double predicted;        /* tokens the budget expected of that draft */
+    PyObject *candidate;     /* that draft's bucket: None or (origin, ngram, support, length) */
+} DraftStateObject;
+
+static PyTypeObject DraftStateType;
+
+static int DraftState_init(DraftStateObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"index", NULL};
+    PyObject *index;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:DraftState", kwlist, &NgramIndexType, &index))
+        return -1;
+    Py_INCREF(index);
+    Py_XSETREF(self->index, (NgramIndexObject *)index);
+    Py_INCREF(Py_None);
+    Py_XSETREF(self->candidate, Py_None);
+    self->cursor = 0;
+    self->proposed = 0;
+    self->support = 1;
+    self->predicted = 0.0;
+    return 0;
+}
+
+static void DraftState_dealloc(DraftStateObject *self)
+{
+    Py_CLEAR(self->index);
+    Py_CLEAR(self->candidate);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int draft_state_check_ready(DraftStateObject *self)
+{
+    if (self->index == NULL) {
+        PyErr_SetString(PyExc_ValueError, "DraftState is not initialised");
+        return -1;
+    }
+    return index_check(self->index);
+}
+
+/* The row check of the request's tokens against the ids run[at:] of a row
+ * holding `limit` of them (the caller has checked that at + min(len,
+ * limit) <= run->len): 0 if the head or the tail differs (the cursor
+ * stays), 1 if only the window does, 2 if all match (then, and for 1, the
+ * cursor moves on past the window). */
+static int draft_state_check(DraftStateObject *self, const id_run *run, Py_ssize_t at,
+                             Py_ssize_t limit)
+{
+    const int64_t *have = pld_index_tokens(self->index->index);
+    Py_ssize_t held = (Py_ssize_t)pld_index_len(self->index->index);
+    Py_ssize_t m = held < limit ? held : limit;
+    Py_ssize_t c = self->cursor >= 0 && self->cursor < m ? self->cursor : 0;
+    Py_ssize_t e = c + DRAFT_WINDOW < m ? c + DRAFT_WINDOW : m;
+    if (!id_run_equal(run, at, have, 0, m < DRAFT_HEAD ? m : DRAFT_HEAD) ||
+        !id_run_equal(run, at, have, m > DRAFT_TAIL ? m - DRAFT_TAIL : 0, m))
+        return 0;
+    self->cursor = e;
+    return id_run_equal(run, at, have, c, e) ? 2 : 1;
+}
+
+/* seems(rows, at, limit) -> bool */
+static PyObject *DraftState_seems(DraftStateObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t at, limit, held;
+    id_run run;
+    int got;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "seems(rows, at, limit) takes 3 arguments, got %zd", nargs);
+        return NULL;
+    }
+    if (!PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "seems: at and limit must be ints");
+        return NULL;
+    }
+    at = PyLong_AsSsize_t(args[1]);
+    limit = PyLong_AsSsize_t(args[2]);
+    if ((at == -1 || limit == -1) && PyErr_Occurred())
+        return NULL;
+    if (at < 0 || limit < 0) {
+        PyErr_Format(PyExc_ValueError, "seems: at (%zd) and limit (%zd) must be >= 0", at, limit);
+        return NULL;
+    }
+    if (id_run_get(args[0], "rows", &run) < 0)
+        return NULL;
+    if (draft_state_check_ready(self) < 0) {
+        PyBuffer_Release(&run.view);
+        return NULL;
+    }
+    held = (Py_ssize_t)pld_index_len(self->index->index);
+    if (at > run.len || (held < limit ? held : limit) > run.len - at) {
+        PyErr_Format(PyExc_ValueError, "seems: rows holds %zd ids, not %zd from %zd on", run.len,
+                     held < limit ? held : limit, at);
+        PyBuffer_Release(&run.view);
+        return NULL;
+    }
+    got = draft_state_check(self, &run, at, limit);
+    PyBuffer_Release(&run.view);
+    return PyBool_FromLong(got == 2);
+}
+
+static PyObject *DraftState_get_n(DraftStateObject *self, void *c)
+{
+    (void)c;
+    if (draft_state_check_ready(self) < 0)
+        return NULL;
+    return PyLong_FromSize_t(pld_index_len(self->index->index));
+}
+
+static PyObject *DraftState_get_candidate(DraftStateObject *self, void *c)
+{
+    (void)c;
+    PyObject *candidate = self->candidate ? self->candidate : Py_None;
+    Py_INCREF(candidate);
+    return candidate;
+}
+
+/* Whether obj is a candidate: a tuple of four exact ints, each in [0, 2**31). */
+static int is_candidate(PyObject *obj)
+{
+    Py_ssize_t i;
+    if (!PyTuple_CheckExact(obj) || PyTuple_GET_SIZE(obj) != 4)
+        return 0;
+    for (i = 0; i < 4; i++) {
+        PyObject *item = PyTuple_GET_ITEM(obj, i);
+        long v;
+        if (!PyLong_CheckExact(item))
+            return 0;
+        v = PyLong_AsLong(item);
+        if (v < 0 || v > INT32_MAX) {
+            PyErr_Clear(); /* (an overflow: the TypeError below replaces it) */
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int DraftState_set_candidate(DraftStateObject *self, PyObject *value, void *c)
+{
+    (void)c;
+    if (value == NULL || (value != Py_None && !is_candidate(value))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "candidate must be None or a tuple of 4 ints (origin, ngram, support, length)");
+        return -1;
+    }
+    Py_INCREF(value);
+    Py_XSETREF(self->candidate, value);
+    return 0;
+}
+
+/* ---- draft_rows: the step over every row */
+
+/* What a step knows of a row: the ids it holds and what vLLM sampled. */
+typedef struct {
+    Py_ssize_t n;       /* num_tokens_no_spec */
+    Py_ssize_t sampled; /* tokens sampled this step (-1: not a list) */
+} row_input;
+
+/* The outcome of the state's last draft, of which vLLM kept `accepted`
+ * tokens: the support streak moves, and (outcomes a list) ((origin,
+ * ngram, support), proposed, accepted, predicted) is appended to it. */
+static int draft_state_fared(DraftStateObject *self, Py_ssize_t accepted, PyObject *outcomes)
+{
+    Py_ssize_t proposed = self->proposed;
+    if (accepted > proposed)
+        accepted = proposed;
+    self->support = accepted == proposed ? (self->support < SUPPORT_BUCKETS ? self->support + 1
+                                                                            : SUPPORT_BUCKETS)
+                                         : 1;
+    self->proposed = 0;
+    if (outcomes != Py_None) {
+        PyObject *group, *item;
+        int appended;
+        if (self->candidate == NULL || !PyTuple_CheckExact(self->candidate) ||
+            PyTuple_GET_SIZE(self->candidate) != 4) {
+            PyErr_SetString(PyExc_ValueError, "draft_rows: a state with a draft pending has no candidate");
+            return -1;
+        }
+        group = PyTuple_GetSlice(self->candidate, 0, 3);
+        if (group == NULL)
+            return -1;
+        item = Py_BuildValue("(Nnnd)", group, proposed, accepted, self->predicted);
+        if (item == NULL)
+            return -1;
+        appended = PyList_Append(outcomes, item);
+        Py_DECREF(item);
+        return appended;
+    }
+    return 0;
+}
+
+/* The row's candidate: (BUCKET_ROW, n-gram bucket, support bucket, length). */
+static PyObject *row_candidate(const DraftStateObject *self, Py_ssize_t length)
+{
+    size_t ngram = self->index->last_ngram;
+    int support = self->support < 1 ? 1 : self->support > SUPPORT_BUCKETS ? SUPPORT_BUCKETS : self->support;
+    return Py_BuildValue("(iinn)", BUCKET_ROW, (int)(ngram < NGRAM_BUCKETS ? ngram : NGRAM_BUCKETS - 1),
+                         (Py_ssize_t)support, length);
+}
+
+/* Pass 2 of draft_rows (every row checked and fit for this path): each
+ * decoding row learns how its last draft fared, takes its new ids and
+ * proposes. Fills drafts and candidates (lists of count Nones) and
+ * corpus_rows; returns the decoding rows, or -1 with an exception set. */
+static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const id_run *run,
+                                    Py_ssize_t width, size_t k, Py_ssize_t max_len,
+                                    PyObject *outcomes, int corpus_ready, PyObject *drafts,
+                                    PyObject *candidates, PyObject *corpus_rows)
+{
+    Py_ssize_t i, count = PyList_GET_SIZE(states), decoding = 0;
+    for (i = 0; i < count; i++) {
+        DraftStateObject *st = (DraftStateObject *)PyList_GET_ITEM(states, i);
+        PyObject *draft;
+        size_t want;
+        if (in[i].sampled == 0 || in[i].n >= max_len)
+            continue;
+        decoding++;
+        if (st->proposed > 0 && draft_state_fared(st, in[i].sampled - 1, outcomes) < 0)
+            return -1;
+        want = (size_t)(max_len - in[i].n) < k ? (size_t)(max_len - in[i].n) : k;
+        if (index_take(st->index, run, i * width, (size_t)in[i].n) < 0)
+            return -1;
+        draft = index_follow_draft(st->index, want);
+        if (draft == NULL)
+            return -1;
+        if (PyList_GET_SIZE(draft) > 0) {
+            PyObject *candidate = row_candidate(st, PyList_GET_SIZE(draft));
+            if (candidate == NULL) {
+                Py_DECREF(draft);
+                return -1;
+            }
+            PyList_SetItem(candidates, i, candidate);
+        } else if (corpus_ready) {
+            PyObject *row = PyLong_FromSsize_t(i);
+            if (row == NULL || PyList_Append(corpus_rows, row) < 0) {
+                Py_XDECREF(row);
+                Py_DECREF(draft);
+                return -1;
+            }
+            Py_DECREF(row);
+        }
+        PyList_SetItem(drafts, i, draft);
+    }
+    return decoding;
+}
+
+/* Reads the first `count` of `lengths` (a 1-D integer buffer) and the
+ * sampled list's sizes into in[]. */
+static int row_inputs(PyObject *lengths, PyObject *sampled, Py_ssize_t count, row_input *in)
+{
+    id_run run;
+    Py_ssize_t i;
+    if (id_run_get(lengths, "lengths", &run) < 0)
+        return -1;
+    if (run.view.ndim > 1 || run.len < count) {
+        PyErr_Format(PyExc_ValueError, "draft_rows: lengths must be 1-D with at least %zd ids, got %zd",
+                     count, run.len);
+        PyBuffer_Release(&run.view);
+        return -1;
+    }
+    for (i = 0; i < count; i++) {
+        int64_t n;
+        PyObject *item = PyList_GET_ITEM(sampled, i);
+        if (load_id(run.data + i * run.itemsize, run.kind, run.itemsize, "lengths", &n) < 0) {
+            PyBuffer_Release(&run.view);
+            return -1;
+        }
+        in[i].n = n > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)n; /* (out of range: lost) */
+        in[i].sampled = PyList_CheckExact(item) ? PyList_GET_SIZE(item) : -1;
+    }
+    PyBuffer_Release(&run.view);
+    return 0;
+}
+
+/* draft_rows(states, rows, width, lengths, sampled, k, max_len, outcomes,
+ * corpus_ready) -> list | tuple (the contract is in pld/_core.pyi). */
+static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *states, *sampled, *outcomes, *lost = NULL, *drafts = NULL, *candidates = NULL,
+             *corpus_rows = NULL, *result = NULL;
+    Py_ssize_t count, width, i, decoding, all_sampled = 1;
+    size_t k, max_len;
+    row_input small[64], *in = small;
+    id_run run;
+    int slow = 0, corpus_ready, have_run = 0;
+    (void)self;
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "draft_rows takes 9 arguments, got %zd", nargs);
+        return NULL;
+    }
+    states = args[0];
+    sampled = args[4];
+    outcomes = args[7];
+    if (!PyList_CheckExact(states) || !PyList_CheckExact(sampled) ||
+        PyList_GET_SIZE(sampled) != PyList_GET_SIZE(states)) {
+        PyErr_SetString(PyExc_TypeError, "draft_rows: states and sampled must be lists of one length");
+        return NULL;
+    }
+    if (outcomes != Py_None && !PyList_CheckExact(outcomes)) {
+        PyErr_SetString(PyExc_TypeError, "draft_rows: outcomes must be a list or None");
+        return NULL;
+    }
+    count = PyList_GET_SIZE(states);
+    if (!PyLong_CheckExact(args[2]) || !PyBool_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "draft_rows: width must be an int and corpus_ready a bool");
+        return NULL;
+    }
+    width = PyLong_AsSsize_t(args[2]);
+    if (width == -1 && PyErr_Occurred())
+        return NULL;
+    if (width < 1) {
+        PyErr_Format(PyExc_ValueError, "draft_rows: width must be >= 1, got %zd", width);
+        return NULL;
+    }
+    corpus_ready = args[8] == Py_True;
+    if (parse_size(args[5], "k", 1, PLD_MAX_DRAFT, &k) < 0 ||
+        parse_size(args[6], "max_len", 1, PY_SSIZE_T_MAX, &max_len) < 0)
+        return NULL;
+    for (i = 0; i < count; i++)
+        if (!PyObject_TypeCheck(PyList_GET_ITEM(states, i), &DraftStateType)) {
+            PyErr_Format(PyExc_TypeError, "draft_rows: states[%zd] is a %.100s, not a DraftState", i,
+                         Py_TYPE(PyList_GET_ITEM(states, i))->tp_name);
+            return NULL;
+        }
+    if (count > (Py_ssize_t)(sizeof(small) / sizeof(small[0]))) {
+        in = PyMem_Malloc((size_t)count * sizeof(row_input));
+        if (in == NULL)
+            return PyErr_NoMemory();
+    }
+    if (row_inputs(args[3], sampled, count, in) < 0 || id_run_get(args[1], "rows", &run) < 0)
+        goto done;
+    have_run = 1;
+    if (run.len / width < count) {
+        PyErr_Format(PyExc_ValueError, "draft_rows: rows holds %zd ids, not %zd rows of %zd", run.len,
+                     count, width);
+        goto done;
+    }
+    /* (no Python code runs from here on: the states and lists stay as they are) */
+    lost = PyList_New(0);
+    if (lost == NULL)
+        goto done;
+    for (i = 0; i < count; i++) { /* pass 1: every row is still its request? */
+        DraftStateObject *st = (DraftStateObject *)PyList_GET_ITEM(states, i);
+        Py_ssize_t held;
+        if (draft_state_check_ready(st) < 0)
+            goto done;
+        held = (Py_ssize_t)pld_index_len(st->index->index);
+        if (in[i].n < 0 || in[i].n > width || draft_state_check(st, &run, i * width, in[i].n) != 2) {
+            PyObject *row = PyLong_FromSsize_t(i);
+            if (row == NULL || PyList_Append(lost, row) < 0) {
+                Py_XDECREF(row);
+                goto done;
+            }
+            Py_DECREF(row);
+            continue;
+        }
+        if (in[i].sampled == 0)
+            all_sampled = 0;
+        else if (in[i].sampled < 0 ||
+                 (in[i].n < (Py_ssize_t)max_len && (held > in[i].n || held < DRAFT_HEAD)))
+            slow = 1; /* not a list; tokens discarded; a key still growing */
+    }
+    if (slow || PyList_GET_SIZE(lost) > 0) {
+        result = lost;
+        lost = NULL;
+        goto done;
+    }
+    drafts = PyList_New(count);
+    candidates = PyList_New(count);
+    corpus_rows = PyList_New(0);
+    if (drafts == NULL || candidates == NULL || corpus_rows == NULL)
+        goto done;
+    for (i = 0; i < count; i++) {
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(drafts, i, Py_None);
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(candidates, i, Py_None);
+    }
+    decoding = draft_rows_follow(states, in, &run, width, k, (Py_ssize_t)max_len, outcomes,
+                                 corpus_ready, drafts, candidates, corpus_rows);
+    if (decoding >= 0)
+        result = Py_BuildValue("(OOOnO)", drafts, candidates, corpus_rows, decoding,
+                               all_sampled ? Py_True : Py_False);
+done:
+    if (have_run)
+        PyBuffer_Release(&run.view);
+    if (in != small)
+        PyMem_Free(in);
+    Py_XDECREF(lost);
+    Py_XDECREF(drafts);
+    Py_XDECREF(candidates);
+    Py_XDECREF(corpus_rows);
+    return result;
+}
+
+/* send_drafts(states, drafts, candidates, chosen) -> list (the contract is
+ * in pld/_core.pyi). */
+static PyObject *py_send_drafts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *states, *drafts, *candidates, *chosen, *out;
+    Py_ssize_t count, i;
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "send_drafts takes 4 arguments, got %zd", nargs);
+        return NULL;
+    }
+    states = args[0];
+    drafts = args[1];
+    candidates = args[2];
+    chosen = args[3];
+    if (!PyList_CheckExact(states) || !PyList_CheckExact(drafts) || !PyList_CheckExact(candidates) ||
+        !PyList_CheckExact(chosen)) {
+        PyErr_SetString(PyExc_TypeError, "send_drafts: states, drafts, candidates and chosen must be lists");
+        return NULL;
+    }
+    count = PyList_GET_SIZE(states);
+    if (PyList_GET_SIZE(drafts) != count || PyList_GET_SIZE(candidates) != count ||
+        PyList_GET_SIZE(chosen) != count) {
+        PyErr_SetString(PyExc_ValueError, "send_drafts: states, drafts, candidates and chosen differ in length");
+        return NULL;
+    }
+    /* every item checked before any state changes (no Python code runs: exact types only) */
+    for (i = 0; i < count; i++) {
+        PyObject *pick = PyList_GET_ITEM(chosen, i), *length, *draft = PyList_GET_ITEM(drafts, i);
+        Py_ssize_t d;
+        if (!PyTuple_CheckExact(pick) || PyTuple_GET_SIZE(pick) != 2 ||
+            !PyLong_CheckExact(PyTuple_GET_ITEM(pick, 0)) ||
+            !(PyFloat_CheckExact(PyTuple_GET_ITEM(pick, 1)) || PyLong_CheckExact(PyTuple_GET_ITEM(pick, 1)))) {
+            PyErr_Format(PyExc_TypeError, "send_drafts: chosen[%zd] must be a (length, predicted) tuple of "
+                         "an int and a number", i);
+            return NULL;
+        }
+        length = PyTuple_GET_ITEM(pick, 0);
+        d = PyLong_AsSsize_t(length);
+        if (d == -1 && PyErr_Occurred())
+            return NULL;
+        if (d == 0)
+            continue;
+        if (PyFloat_AsDouble(PyTuple_GET_ITEM(pick, 1)) == -1.0 && PyErr_Occurred())
+            return NULL; /* (an int too large for a double; exact types: no Python code runs) */
+        if (d < 0 || !PyObject_TypeCheck(PyList_GET_ITEM(states, i), &DraftStateType) ||
+            !PyList_CheckExact(draft) || d > PyList_GET_SIZE(draft) ||
+            !is_candidate(PyList_GET_ITEM(candidates, i))) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "send_drafts: row %zd: a length of %zd needs a DraftState, a "
+                             "draft at least that long and a candidate", i, d);
+            return NULL;
+        }
+    }
+    out = PyList_New(count);
+    if (out == NULL)
+        return NULL;
+    for (i = 0; i < count; i++) {
+        PyObject *pick = PyList_GET_ITEM(chosen, i), *draft = PyList_GET_ITEM(drafts, i), *sent;
+        Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(pick, 0));
+        DraftStateObject *st = (DraftStateObject *)PyList_GET_ITEM(states, i);
+        if (d == 0) {
+            sent = PyList_New(0);
+        } else if (d == PyList_GET_SIZE(draft)) {
+            Py_INCREF(draft);
+            sent = draft;
+        } else {
+            sent = PyList_GetSlice(draft, 0, d);
+        }
+        if (sent == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        if (d > 0) {
+            PyObject *candidate = PyList_GET_ITEM(candidates, i);
+            st->proposed = d;
+            st->predicted = PyFloat_AsDouble(PyTuple_GET_ITEM(pick, 1)); /* (checked above) */
+            Py_INCREF(candidate);
+            Py_XSETREF(st->candidate, candidate);
+        }
+        PyList_SET_ITEM(out, i, sent);
+    }
+    return out;
+}
+
+static PyMethodDef DraftState_methods[] = {
+    {"seems", (PyCFunction)(void (*)(void))DraftState_seems, METH_FASTCALL,
+     "seems(rows, at, limit) -> bool\n--\n\n"
+     "Whether the row of `limit` ids at flat index `at` of rows (a C-contiguous integer\n"
+     "buffer) still looks like this request: its first 16 tokens, the last 32 it holds,\n"
+     "then a rolling window of 256 (the cursor moves on past it once the first two match)."},
+    {NULL, NULL, 0, NULL}};
+
+static PyMemberDef DraftState_members[] = {
+    {"index", T_OBJECT, offsetof(DraftStateObject, index), READONLY, "The request's NgramIndex."},
+    {"cursor", T_PYSSIZET, offsetof(DraftStateObject, cursor), 0, "Where the rolling check goes on."},
+    {"proposed", T_PYSSIZET, offsetof(DraftStateObject, proposed), 0,
+     "Tokens of the last draft vLLM has not answered (0: none)."},
+    {"support", T_INT, offsetof(DraftStateObject, support), 0,
+     "Its chains' support bucket: 1 + its last drafts accepted whole in a row, at most 2."},
+    {"predicted", T_DOUBLE, offsetof(DraftStateObject, predicted), 0,
+     "Tokens the budget expected vLLM to accept of the last draft."},
+    {NULL, 0, 0, 0, NULL}};
+
+static PyGetSetDef DraftState_getset[] = {
+    {"n", (getter)DraftState_get_n, NULL, "Tokens held (the index's length).", NULL},
+    {"candidate", (getter)DraftState_get_candidate, (setter)DraftState_set_candidate,
+     "The last draft's bucket: None or (origin, ngram, support, length).", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject DraftStateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pld._core.DraftState",
+    .tp_basicsize = sizeof(DraftStateObject),
+    .tp_dealloc = (destructor)DraftState_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "DraftState(index)\n--\n\n"
+              "One request's drafting state in pld.vllm's drafter: its NgramIndex, the row\n"
+              "check's cursor, and its last draft (see draft_rows).",
+    .tp_methods = DraftState_methods,
+    .tp_members = DraftState_members,
+    .tp_getset = DraftState_getset,
+    .tp_init = (initproc)DraftState_init,
     .tp_new = PyType_GenericNew,
 };
 
@@ -2629,6 +3189,13 @@ static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 static PyMethodDef module_methods[] = {
+    {"draft_rows", (PyCFunction)(void (*)(void))py_draft_rows, METH_FASTCALL,
+     "draft_rows(states, rows, width, lengths, sampled, k, max_len, outcomes, corpus_ready)\n--\n\n"
+     "One step of pld.vllm's drafter over every row (see pld/_core.pyi)."},
+    {"send_drafts", (PyCFunction)(void (*)(void))py_send_drafts, METH_FASTCALL,
+     "send_drafts(states, drafts, candidates, chosen) -> list\n--\n\n"
+     "The drafts cut to the chosen lengths, their states waiting for vLLM's answer\n"
+     "(see pld/_core.pyi)."},
     {"_ngram_tag", (PyCFunction)(void (*)(void))py_ngram_tag, METH_FASTCALL,
      "_ngram_tag(tokens, seed=0) -> int: the hash tag of an n-gram in an index keyed by seed "
      "(for tests)"},
@@ -2660,9 +3227,15 @@ static Py_ssize_t int_cache_users;
 
 static int module_exec(PyObject *m)
 {
-    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&CorpusType) < 0)
+    if (PyType_Ready(&NgramIndexType) < 0 || PyType_Ready(&DraftStateType) < 0 ||
+        PyType_Ready(&CorpusType) < 0)
         return -1;
     if (PyModule_AddObjectRef(m, "NgramIndex", (PyObject *)&NgramIndexType) < 0 ||
+        PyModule_AddObjectRef(m, "DraftState", (PyObject *)&DraftStateType) < 0 ||
+        PyModule_AddObject(m, "DRAFT_CHECK", Py_BuildValue("(iii)", DRAFT_HEAD, DRAFT_TAIL,
+                                                           DRAFT_WINDOW)) < 0 ||
+        PyModule_AddObject(m, "DRAFT_BUCKETS", Py_BuildValue("(iii)", BUCKET_ROW, NGRAM_BUCKETS,
+                                                             SUPPORT_BUCKETS)) < 0 ||
         PyModule_AddObjectRef(m, "Corpus", (PyObject *)&CorpusType) < 0 ||
         PyModule_AddObject(m, "CORPUS_MAX_TOKENS", PyLong_FromSize_t(PLD_CORPUS_MAX_TOKENS)) < 0 ||
         PyModule_AddIntConstant(m, "CORPUS_MAX_SEGMENTS", PLD_CORPUS_MAX_SEGMENTS) < 0 ||

@@ -49,6 +49,65 @@ class NgramIndex:
     @property
     def last_ngram(self) -> int: ...
 
+DRAFT_CHECK: Tuple[int, int, int]  # pld.vllm's row check: (head, tail, window) tokens
+DRAFT_BUCKETS: Tuple[int, int, int]  # (the row origin, n-gram buckets, support buckets)
+
+Candidate = Tuple[int, int, int, int]  # (origin, n-gram bucket, support bucket, length)
+
+class DraftState:
+    """One request's drafting state in pld.vllm's drafter."""
+    index: NgramIndex  # read-only
+    cursor: int  # where the rolling check goes on
+    proposed: int  # tokens of the last draft vLLM has not answered (0: none)
+    support: int  # 1 + its last drafts accepted whole in a row, at most DRAFT_BUCKETS[2]
+    predicted: float  # tokens the budget expected of that draft
+    candidate: Optional[Candidate]  # that draft's bucket
+    def __init__(self, index: NgramIndex) -> None: ...
+    @property
+    def n(self) -> int: ...  # tokens held: len(index)
+    def seems(self, rows: TokenIds, at: int, limit: int) -> bool:
+        """Whether the row of ``limit`` ids at flat index ``at`` of rows
+        still looks like this request: its first DRAFT_CHECK[0] tokens and
+        the last DRAFT_CHECK[1] it holds; then (the cursor moving on) the
+        next rolling window of DRAFT_CHECK[2]."""
+
+def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: TokenIds,
+               sampled: List[List[int]], k: int, max_len: int, outcomes: Optional[list],
+               corpus_ready: bool) -> Union[List[int], Tuple[List[List[int]], List[Optional[Candidate]],
+                                                             List[int], int, bool]]:
+    """One vLLM step of pld.vllm's drafter, row i of the batch being
+    ``rows[i * width : i * width + lengths[i]]`` (``rows`` C-contiguous,
+    ``lengths`` 1-D, both of integer ids) and ``states[i]`` its request
+    last seen there.
+
+    First every row is checked (``seems``, cursors moving on). If one
+    fails, or is out of range, or needs the Python path (a decoding row
+    whose sampled ids are not a list, whose state holds more ids than the
+    row or fewer than DRAFT_CHECK[0]), nothing else changes and the list
+    of rows that failed is returned (maybe empty).
+
+    Otherwise each decoding row (sampled non-empty, lengths[i] < max_len)
+    learns how its last draft fared (``len(sampled[i]) - 1`` accepted:
+    the support streak moves, and ((origin, ngram, support), proposed,
+    accepted, predicted) goes to ``outcomes`` unless it is None), takes
+    its new ids and proposes at most min(k, max_len - lengths[i]) tokens;
+    the result is (drafts, candidates, corpus_rows, decoding rows, whether
+    every row sampled): a row not decoding has None and None, a decoding
+    row without a draft [] and None and, if ``corpus_ready``, its number
+    in corpus_rows. The drafts are not yet
+    pending: the caller sets ``proposed``, ``predicted`` and ``candidate``
+    of the states whose drafts it sends."""
+
+def send_drafts(states: List[Optional[DraftState]], drafts: List[Optional[List[int]]],
+                candidates: List[Optional[Candidate]], chosen: List[Tuple[int, float]]) -> List[List[int]]:
+    """The drafts vLLM gets: row i's ``drafts[i][:length]`` where
+    ``chosen[i]`` is (length, predicted), [] where length is 0. A state
+    whose draft goes out waits for vLLM's answer: its ``proposed``,
+    ``predicted`` and ``candidate`` become length, predicted and
+    ``candidates[i]``. Every row is checked first (TypeError/ValueError,
+    nothing changed): a length > 0 needs a DraftState, a list of at least
+    that many ids and a candidate."""
+
 class Corpus:
     """A bounded set of token sequences with a flat-cost lookup; thread safe (pld.h, "Corpus")."""
     def __init__(self, max_tokens: int, min_ngram: int = 2, max_ngram: int = 4, segments: int = 4,

@@ -37,7 +37,13 @@ row's tokens are checked against the state last seen there (its first and
 last tokens and a rolling window that covers the whole context every few
 hundred tokens), and a row that fails is matched in full against the states
 held, or gets a fresh index. States no row uses go to a bounded pool (for
-preempted requests), their outputs to the corpus. Everything depends on the
+preempted requests), their outputs to the corpus. A step in which every
+row is still the request last seen there runs in one C call
+(``_core.draft_rows``: the check, how each last draft fared, the new
+tokens, the lookup), the budget's choice in Python, and the cut in C
+(``_core.send_drafts``); any other step, or a row that needs what only
+Python does (a corpus lookup, a truncation, a key), takes the Python path,
+which drafts the same. Everything depends on the
 step's inputs alone, so every tensor-parallel rank drafts the same tokens.
 Drafts never change vLLM's output: it verifies them.
 """
@@ -61,18 +67,14 @@ from .vllm_budget import Candidate, StepBudget
 
 logger = logging.getLogger("pld")
 
-HEAD = 16  # tokens keyed on and checked at the start of a row
-TAIL = 32  # tokens checked at the end of what a state holds
-WINDOW = 256  # tokens of the rolling check a step
+#: Tokens keyed on and checked at the start of a row; checked at the end of
+#: what a state holds; of the rolling check a step (the C step's).
+HEAD, TAIL, WINDOW = _core.DRAFT_CHECK
 OPTIONS = {"prompt_lookup_min", "prompt_lookup_max", "adaptive", "verify_cost", "corpus", "learn",
            "save_corpus", "save_every", "corpus_max_tokens"}
 #: verify_cost where vLLM runs several ranks and it is not given: a fixed
 #: cost, so that every rank drafts the same tokens without reading a clock.
 MULTI_RANK_VERIFY_COST = 0.05
-
-#: A row's longest draft: (its request's state, the tokens, the bucket:
-#: pld.vllm_budget.Candidate).
-Chain = Tuple["_Request", List[int], Candidate]
 
 
 class DrafterOptions:
@@ -137,60 +139,42 @@ def _path(name: str, value: Any) -> Optional[str]:
     return value
 
 
-class _Request:
+class _Request(_core.DraftState):
     """One request's drafting state: its index (which holds its tokens, and
-    so recognises it too), where its output starts, and its last draft (its
-    bucket, length and predicted gain, until vLLM says what it kept).
+    so recognises it too; ``n`` is its length), where its output starts,
+    and its last draft (its bucket, length and predicted gain, until vLLM
+    says what it kept); the fields the C step reads live in
+    ``_core.DraftState``.
 
-    A step reads the row in place, in the token array: one C call checks
-    spans of it against the tokens indexed (``NgramIndex.first_unequal``),
-    one takes the tokens accepted and proposes (``NgramIndex.follow``)."""
+    A step reads the row in place, in the token array: in one C call for
+    every row when all are the requests last seen there
+    (``_core.draft_rows``), else one call checks spans of it against the
+    tokens indexed (``seems``), one takes the tokens accepted and proposes
+    (``NgramIndex.follow``)."""
 
-    __slots__ = ("index", "n", "prompt", "cursor", "candidate", "proposed", "predicted", "length", "key",
-                 "support")
+    __slots__ = ("prompt", "length", "key")
 
     def __init__(self, n: int, prompt: int, options: DrafterOptions) -> None:
-        self.index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
+        index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
         # room for its n tokens and as many more: the tables grow now, with the O(n) extend of its
         # first step, not in a later step (an output no longer than its context never grows one)
-        self.index.reserve(min(2 * n, options.max_model_len))
-        self.n = 0
+        index.reserve(min(2 * n, options.max_model_len))
+        super().__init__(index)
         self.prompt = prompt
-        self.cursor = 0
-        self.candidate: Any = None
-        self.proposed = 0
-        self.predicted = 0.0
         self.length = DraftLength(options.k, adaptive=True) if options.adaptive == "request" else None
         self.key: Tuple[int, ...] = ()
-        self.support = 1  # its chains' support bucket: 1 + its last drafts accepted whole in a row (<= 2)
 
     def truncate(self, n: int) -> None:
         """Keep the first n tokens; the drafts' history starts again (a
         request that shares them, or lost tokens, drafts as a fresh one
         would, so that a seeded request repeats)."""
         self.index.truncate(n)
-        self.n = n
         self.cursor = 0
         self.prompt = min(self.prompt, n)
         self.proposed = 0
         self.support = 1
         if self.length is not None:
             self.length = DraftLength(self.length.k, adaptive=True)
-
-    def seems(self, tokens: np.ndarray, at: int, limit: int) -> bool:
-        """Whether the row starting at flat index ``at`` of ``tokens``
-        (``limit`` tokens, 0 <= limit <= the row's width) still looks like
-        this request: its head and the tail of what is held, then (the
-        cursor moving on) the next rolling window."""
-        m = self.n if self.n < limit else limit
-        c = self.cursor if self.cursor < m else 0
-        e = c + WINDOW if c + WINDOW < m else m
-        unequal = self.index.first_unequal(tokens, at, 0, m if m < HEAD else HEAD, m - TAIL if m > TAIL else 0,
-                                           m, c, e)
-        if unequal < 2:  # the head or the tail differs
-            return False
-        self.cursor = e
-        return unequal == 3
 
     def is_prefix_of(self, tokens: np.ndarray, at: int, limit: int) -> bool:
         """Whether the tokens held are exactly the first n of the row at
@@ -229,6 +213,10 @@ class Drafter:
         self._saved_at: Optional[float] = None
         self._array: Optional[np.ndarray] = None  # the token array last checked, if read as it is
         self._dtype: Optional[np.dtype] = None  # and its dtype then
+        self._in_order: Optional[List[_Request]] = None  # the states of rows 0, 1, ..., if each has one
+        self._lengths: Any = None  # the num_tokens_no_spec array last read as it is
+        self._k, self._max_len = self.options.k, self.options.max_model_len
+        self._outcomes = self.budget.outcomes if self.budget is not None else None
         atexit.register(_close_at_exit, weakref.ref(self))
 
     # ------------------------------------------------------------- the step
@@ -242,56 +230,93 @@ class Drafter:
         drafting itself fail, the step goes on without drafts (an error on
         the "pld" logger) and every request starts a fresh index."""
         try:
-            lengths = num_tokens_no_spec[:len(sampled_token_ids)]
-            lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else np.asarray(lengths).tolist()
             tokens = token_ids_cpu
             if tokens is not self._array or tokens.dtype is not self._dtype:
                 tokens = self._readable(tokens)
-            width = tokens.shape[1]  # row i starts at flat index i * width
-            claimed = self._recognise(tokens, lengths, width)
-            all_decoding = all(sampled_token_ids)  # (the last step's time, if it served these same requests)
-            same_rows = all_decoding and self._all_decoding and claimed is self.rows and len(claimed) == len(lengths)
-            self._all_decoding = all_decoding
-            chains: List[Optional[Chain]] = []
-            candidates: List[Optional[Candidate]] = []
-            decoding = 0
-            max_len = self.options.max_model_len
-            for i, sampled in enumerate(sampled_token_ids):
-                n = lengths[i]
-                if not sampled or n >= max_len:
-                    chains.append(None)
-                    candidates.append(None)
-                    continue
-                if not 0 <= n <= width:
-                    raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
-                at = i * width
-                state = claimed.get(i)
-                if state is None:
-                    state = claimed[i] = self._find(tokens, i, at, n, claimed) or \
-                        _Request(n, n - len(sampled), self.options)
-                if state.proposed:  # how the last draft fared
-                    self._fared(state, len(sampled) - 1)
-                if n < state.n:  # tokens vLLM discarded
-                    state.truncate(n)
-                if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
-                    self._key(state, tokens, i, n)
-                decoding += 1
-                chain = self._chain(state, tokens, at, n)
-                chains.append(chain)
-                candidates.append(chain[2] if chain is not None else None)
-            drafts = self._drafts(chains, candidates, decoding, same_rows)
-            if claimed is not self.rows:  # (new rows only join it)
-                self._release(claimed)
-            return drafts
+            lost = None
+            states = self._in_order
+            if states is not None and len(states) == len(sampled_token_ids) and type(sampled_token_ids) is list:
+                lengths = num_tokens_no_spec if num_tokens_no_spec is self._lengths else \
+                    self._readable_lengths(num_tokens_no_spec)
+                got = _core.draft_rows(states, tokens, tokens.shape[1], lengths, sampled_token_ids, self._k,
+                                       self._max_len, self._outcomes, self.corpus is not None and len(self.corpus) > 0)
+                if type(got) is tuple:
+                    drafts, candidates, corpus_rows, decoding, all_decoding = got
+                    if corpus_rows:
+                        self._corpus_rows(corpus_rows, tokens, lengths, drafts, candidates)
+                    same_rows = all_decoding and self._all_decoding
+                    self._all_decoding = all_decoding
+                    return self._drafts(states, drafts, candidates, decoding, same_rows)
+                lost = got
+            return self._step(sampled_token_ids, num_tokens_no_spec, tokens, lost)
         except Exception:  # noqa: BLE001 - the served tokens never depend on a draft
             logger.exception("pld: drafting failed; this step goes on without drafts")
             self.rows, self.keys, self.pool = {}, {}, OrderedDict()
-            self._array = None
+            self._array = self._in_order = None
             return [[] for _ in sampled_token_ids]
+
+    def _corpus_rows(self, rows: List[int], tokens: np.ndarray, lengths: np.ndarray, drafts: List[Any],
+                     candidates: List[Optional[Candidate]]) -> None:
+        """The rows the C step found no match for (every row being the
+        request last seen there) draft from the corpus."""
+        for i in rows:
+            n = int(lengths[i])
+            drafts[i], candidates[i] = self._corpus_draft(tokens, i * tokens.shape[1], n,
+                                                          min(self._k, self._max_len - n))
+
+    def _step(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any, tokens: np.ndarray,
+              lost: Optional[List[int]]) -> List[List[int]]:
+        """The step where a row may hold another request than last seen
+        (or needs what only Python does): rows are recognised (their check
+        already made, if ``lost`` lists the rows that failed it), found
+        again or given a fresh index, and drafted one by one."""
+        lengths = num_tokens_no_spec[:len(sampled_token_ids)]
+        lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else np.asarray(lengths).tolist()
+        width = tokens.shape[1]  # row i starts at flat index i * width
+        claimed = self._recognise(tokens, lengths, width) if lost is None else self._without(lost)
+        all_decoding = all(sampled_token_ids)  # (the last step's time, if it served these same requests)
+        same_rows = all_decoding and self._all_decoding and claimed is self.rows and len(claimed) == len(lengths)
+        self._all_decoding = all_decoding
+        states: List[Optional[_Request]] = []
+        drafts: List[Any] = []
+        candidates: List[Optional[Candidate]] = []
+        decoding = 0
+        max_len = self.options.max_model_len
+        for i, sampled in enumerate(sampled_token_ids):
+            n = lengths[i]
+            if not sampled or n >= max_len:
+                states.append(None)
+                drafts.append(None)
+                candidates.append(None)
+                continue
+            if not 0 <= n <= width:
+                raise ValueError(f"num_tokens_no_spec[{i}] is {n}, outside the row's {width} tokens")
+            at = i * width
+            state = claimed.get(i)
+            if state is None:
+                state = claimed[i] = self._find(tokens, i, at, n, claimed) or \
+                    _Request(n, n - len(sampled), self.options)
+            if state.proposed:  # how the last draft fared
+                self._fared(state, len(sampled) - 1)
+            if n < state.n:  # tokens vLLM discarded
+                state.truncate(n)
+            if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
+                self._key(state, tokens, i, n)
+            decoding += 1
+            draft, candidate = self._follow(state, tokens, at, n)
+            states.append(state)
+            drafts.append(draft)
+            candidates.append(candidate)
+        out = self._drafts(states, drafts, candidates, decoding, same_rows)
+        if claimed is not self.rows:  # (new rows only join it)
+            self._release(claimed)
+        self._in_order = self._rows_in_order(len(lengths))
+        return out
 
     def _fared(self, state: _Request, accepted: int) -> None:
         """vLLM kept ``accepted`` tokens of the request's last draft: the
-        budget (or the request's own schedule) learns it."""
+        budget (or the request's own schedule) learns it (as
+        ``_core.draft_rows`` does)."""
         accepted = accepted if accepted < state.proposed else state.proposed
         state.support = min(SUPPORT_BUCKETS, state.support + 1) if accepted == state.proposed else 1  # (streaks)
         if self.budget is not None:
@@ -305,13 +330,26 @@ class Drafter:
         with nothing sampled this step: a prefill in progress): ``self.rows``
         itself when every one does, so that no state has lost its row."""
         count = len(lengths)
-        lost = set()
+        lost = []
         for i, state in self.rows.items():  # (a loop: no comprehension to build a step)
             if not (i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i])):
-                lost.add(i)
+                lost.append(i)
+        return self._without(lost)
+
+    def _without(self, lost: List[int]) -> Dict[int, _Request]:
+        """The rows but those ``lost`` (``self.rows`` itself if none is)."""
         if not lost:
             return self.rows
-        return {i: state for i, state in self.rows.items() if i not in lost}
+        gone = set(lost)
+        return {i: state for i, state in self.rows.items() if i not in gone}
+
+    def _rows_in_order(self, count: int) -> Optional[List[_Request]]:
+        """The states of rows 0 .. count - 1, if each has one: the next
+        step can then run in C (``_core.draft_rows``)."""
+        if self.options.adaptive == "request" or len(self.rows) != count:
+            return None
+        rows = self.rows
+        return [rows[i] for i in range(count)] if all(i in rows for i in range(count)) else None
 
     def _readable(self, array: Any) -> np.ndarray:
         """The token array as the states read it: [rows, width] native
@@ -331,6 +369,16 @@ class Drafter:
         self._dtype = array.dtype
         return tokens
 
+    def _readable_lengths(self, lengths: Any) -> np.ndarray:
+        """num_tokens_no_spec as the C step reads it: a 1-D C-contiguous
+        native integer array (a copy otherwise: vLLM's is one, and the same
+        array every step, so it is remembered and then taken as it is)."""
+        if isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu" and lengths.ndim == 1 \
+                and lengths.flags.c_contiguous and lengths.dtype.isnative:
+            self._lengths = lengths
+            return lengths
+        return np.ascontiguousarray(lengths, dtype=np.int64)
+
     def _find(self, tokens: np.ndarray, i: int, at: int, n: int, claimed: Dict[int, _Request]
               ) -> Optional[_Request]:
         """The longest state held whose tokens are exactly a prefix of row
@@ -345,34 +393,28 @@ class Drafter:
             self.pool.pop(id(best), None)
         return best
 
-    def _drafts(self, chains: Sequence[Optional[Chain]], candidates: Sequence[Optional[Candidate]], decoding: int,
-                same_rows: bool) -> List[List[int]]:
-        """Each row's draft: its chain cut to the length the budget gives it
-        (``adaptive``), or its own schedule (``"request"``), or whole."""
+    def _drafts(self, states: Sequence[Optional[_Request]], drafts: Sequence[Any],
+                candidates: Sequence[Optional[Candidate]], decoding: int, same_rows: bool) -> List[List[int]]:
+        """Each row's draft: its chain (``drafts[i]``, of bucket
+        ``candidates[i]``; None: none) cut to the length the budget gives
+        it (``adaptive``), or its own schedule (``"request"``), or whole;
+        the states whose drafts go out wait for vLLM's answer."""
         if self.budget is not None:
             chosen = self.budget.choose(candidates, decoding, same_rows)
         else:
-            chosen = [(len(c[1]) if c[0].length is None else min(len(c[1]), c[0].length.length), 0.0)
-                      if c is not None else (0, 0.0) for c in chains]
-        drafts: List[List[int]] = []
-        for chain, (length, predicted) in zip(chains, chosen):
-            if not length:
-                drafts.append([])
-                continue
-            state, tokens, candidate = chain
-            state.candidate, state.proposed, state.predicted = candidate, length, predicted
-            drafts.append(tokens if length == len(tokens) else tokens[:length])
-        return drafts
+            chosen = [(c[3] if s.length is None else min(c[3], s.length.length), 0.0) if c is not None else (0, 0.0)
+                      for s, c in zip(states, candidates)]
+        return _core.send_drafts(states, drafts, candidates, chosen)
 
-    def _chain(self, state: _Request, tokens: np.ndarray, at: int, n: int) -> Optional[Chain]:
+    def _follow(self, state: _Request, tokens: np.ndarray, at: int, n: int) -> Tuple[List[int], Optional[Candidate]]:
         """The request takes its row's new tokens (the row starts at flat
-        index ``at``; n of them now); then (the state, the tokens, (origin,
-        n-gram, support, length)) of the longest draft its index (or, where
-        it has no match, the corpus) holds, at most k and the room left;
-        None if there is none (or the request's own schedule skips this
-        step). A row's chain has support 1 + the request's last drafts
-        accepted whole in a row, at most 2 (the index counts no
-        occurrences; acceptance runs in streaks: a copy under way)."""
+        index ``at``; n of them now); then the longest draft its index (or,
+        where it has no match, the corpus) holds, at most k and the room
+        left, and its bucket (origin, n-gram, support, length); ([], None)
+        if there is none (or the request's own schedule skips this step).
+        A row's chain has support 1 + the request's last drafts accepted
+        whole in a row, at most 2 (the index counts no occurrences;
+        acceptance runs in streaks: a copy under way)."""
         options = self.options
         want = options.max_model_len - n
         if want > options.k:
@@ -381,18 +423,23 @@ class Drafter:
             want = 0
         index = state.index
         draft = index.follow(tokens, at, n, want)  # the row's tokens [state.n, n), then the draft
-        state.n = n
         if draft:
             ngram = index.last_ngram
-            return state, draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, state.support, len(draft))
+            return draft, (ROW, ngram if ngram < NGRAM_BUCKETS else NGRAM_BUCKETS - 1, state.support, len(draft))
         if not want or self.corpus is None or not len(self.corpus):
-            return None
+            return draft, None
+        return self._corpus_draft(tokens, at, n, want)
+
+    def _corpus_draft(self, tokens: np.ndarray, at: int, n: int, want: int
+                      ) -> Tuple[List[int], Optional[Candidate]]:
+        """The corpus's longest chain after the row's last tokens, at most
+        ``want``, and its bucket; ([], None) if it has none."""
         context = tokens.reshape(-1)[at + max(0, n - self.corpus.max_ngram_size):at + n]
         chain = best_chain(*self.corpus.propose_tree(context, want))
         if not len(chain):
-            return None
-        return state, chain.tokens, (CORPUS, min(chain.ngrams[0], NGRAM_BUCKETS - 1),
-                                     min(chain.supports[0], SUPPORT_BUCKETS), len(chain))
+            return [], None
+        return chain.tokens, (CORPUS, min(chain.ngrams[0], NGRAM_BUCKETS - 1),
+                              min(chain.supports[0], SUPPORT_BUCKETS), len(chain))
 
     # ------------------------------------------------------ states and keys
 

@@ -226,3 +226,30 @@ def test_accept_torch_no_leak():
         raising(lambda: pld.accept_sample(tokens, P[:1], u))()
 
     run_flat(fn, [tokens, choices, parents, P, u], n=N // 4)
+
+
+def test_draft_step_no_leak():
+    """pld.vllm's C step: a row that follows, one with a pending draft that
+    fares, the cut, and calls that raise."""
+    from pld import _core
+
+    seq = SEQ[:40]
+    rows = np.array([seq + [0] * 10], dtype=np.int32)
+    state = _core.DraftState(pld.NgramIndex(3, 1, "recent", seed=0))
+    lengths = np.array([40])
+    sampled = [[seq[-1]]]
+    outcomes = []
+    candidate = (0, 1, 1, 3)
+    bad_states = [object()]
+
+    def fn():
+        state.index.truncate(39)
+        state.proposed, state.candidate = 2, candidate
+        drafts, candidates, _, _, _ = _core.draft_rows([state], rows, 50, lengths, sampled, 4, 100, outcomes, True)
+        _core.send_drafts([state], drafts, candidates, [(2, 1.5)])
+        raising(lambda: _core.draft_rows(bad_states, rows, 50, lengths, sampled, 4, 100, outcomes, True))()
+        raising(lambda: _core.send_drafts([state], drafts, candidates, [(9, 1.0)]))()
+        outcomes.clear()
+
+    state.index.extend(seq[:39])
+    run_flat(fn, [state, rows, lengths, sampled, outcomes, candidate, bad_states], n=N // 4)

@@ -515,7 +515,7 @@ def test_a_failure_inside_drafting_costs_a_step_its_drafts_not_the_engine(caplog
     def broken(*args):
         raise RuntimeError("planted")
 
-    monkeypatch.setattr(drafter, "_chain", broken)
+    monkeypatch.setattr(drafter, "_follow", broken)
     with caplog.at_level(logging.ERROR, logger="pld"):
         assert drafter.propose([[8]], np.array([9]), tokens) == [[]]
     assert "drafting failed" in caplog.text and drafter.num_requests == 0
