@@ -91,12 +91,13 @@ def drafter_times(k: int = 10, cases: Sequence[Tuple[int, int]] = DRAFTER_CASES,
         tokens[:, :n + steps] = rng.integers(0, 49152, (rows, n + steps))
         ngram = NgramProposer(config)
         pld_drafter = Drafter(config)
-        first = ([[int(t)] for t in tokens[:, n - 1]], np.full(rows, n, dtype=np.int32))
+        length = np.full(rows, n, dtype=np.int32)  # (one array, updated in place, as vLLM's input batch)
+        first = ([[int(t)] for t in tokens[:, n - 1]], length)
         pld_drafter.propose(*first, tokens)  # builds the indexes
         ngram.propose(k, *first, tokens)  # compiles its kernel
         times: Dict[str, List[float]] = {"pld": [], "vllm-ngram": []}
         for step in range(steps):
-            length = np.full(rows, n + step + 1, dtype=np.int32)
+            length[:] = n + step + 1
             sampled = [[int(t)] for t in tokens[:, n + step]]
             for name, call in (("pld", lambda: pld_drafter.propose(sampled, length, tokens)),
                                ("vllm-ngram", lambda: ngram.propose(k, sampled, length, tokens))):
