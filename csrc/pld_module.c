@@ -840,6 +840,24 @@ static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t
 }
 
 /* A seed in [0, 2^64) from an int or anything with __index__. */
+/* obj, an exact int (so no Python code runs) >= min, as a Py_ssize_t:
+ * 0, or -1 with a TypeError/ValueError naming fname and arg. */
+static int exact_ssize(PyObject *obj, const char *fname, const char *arg, Py_ssize_t min, Py_ssize_t *out)
+{
+    if (!PyLong_CheckExact(obj)) {
+        PyErr_Format(PyExc_TypeError, "%s: %s must be an int, got %.100s", fname, arg, Py_TYPE(obj)->tp_name);
+        return -1;
+    }
+    *out = PyLong_AsSsize_t(obj);
+    if (*out == -1 && PyErr_Occurred())
+        return -1;
+    if (*out < min) {
+        PyErr_Format(PyExc_ValueError, "%s: %s must be >= %zd, got %zd", fname, arg, min, *out);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_seed(PyObject *obj, const char *arg, uint64_t *out)
 {
     PyObject *index = int_from_index(obj, arg, 1, PyExc_TypeError,
@@ -1805,17 +1823,12 @@ static PyObject *NgramIndex_follow(NgramIndexObject *self, PyObject *const *args
         PyErr_Format(PyExc_TypeError, "follow(rows, at, n, want) takes 4 arguments, got %zd", nargs);
         return NULL;
     }
-    if (!PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "follow: at, n and want must be ints");
+    if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "follow: n and want must be ints");
         return NULL;
     }
-    at = PyLong_AsSsize_t(args[1]);
-    if (at == -1 && PyErr_Occurred())
+    if (exact_ssize(args[1], "follow", "at", 0, &at) < 0)
         return NULL;
-    if (at < 0) {
-        PyErr_Format(PyExc_ValueError, "follow: at must be >= 0, got %zd", at);
-        return NULL;
-    }
     if (parse_size(args[2], "n", 0, PY_SSIZE_T_MAX, &n) < 0 ||
         parse_size(args[3], "want", 0, PLD_MAX_DRAFT, &want) < 0)
         return NULL;
@@ -2021,18 +2034,8 @@ static PyObject *DraftState_seems(DraftStateObject *self, PyObject *const *args,
         PyErr_Format(PyExc_TypeError, "seems(rows, at, limit) takes 3 arguments, got %zd", nargs);
         return NULL;
     }
-    if (!PyLong_CheckExact(args[1]) || !PyLong_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "seems: at and limit must be ints");
+    if (exact_ssize(args[1], "seems", "at", 0, &at) < 0 || exact_ssize(args[2], "seems", "limit", 0, &limit) < 0)
         return NULL;
-    }
-    at = PyLong_AsSsize_t(args[1]);
-    limit = PyLong_AsSsize_t(args[2]);
-    if ((at == -1 || limit == -1) && PyErr_Occurred())
-        return NULL;
-    if (at < 0 || limit < 0) {
-        PyErr_Format(PyExc_ValueError, "seems: at (%zd) and limit (%zd) must be >= 0", at, limit);
-        return NULL;
-    }
     if (id_run_get(args[0], "rows", &run) < 0)
         return NULL;
     if (draft_state_check_ready(self) < 0) {
@@ -2253,17 +2256,12 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     count = PyList_GET_SIZE(states);
-    if (!PyLong_CheckExact(args[2]) || !PyBool_Check(args[8])) {
-        PyErr_SetString(PyExc_TypeError, "draft_rows: width must be an int and corpus_ready a bool");
+    if (!PyBool_Check(args[8])) {
+        PyErr_SetString(PyExc_TypeError, "draft_rows: corpus_ready must be a bool");
         return NULL;
     }
-    width = PyLong_AsSsize_t(args[2]);
-    if (width == -1 && PyErr_Occurred())
+    if (exact_ssize(args[2], "draft_rows", "width", 1, &width) < 0)
         return NULL;
-    if (width < 1) {
-        PyErr_Format(PyExc_ValueError, "draft_rows: width must be >= 1, got %zd", width);
-        return NULL;
-    }
     corpus_ready = args[8] == Py_True;
     if (parse_size(args[5], "k", 1, PLD_MAX_DRAFT, &k) < 0 ||
         parse_size(args[6], "max_len", 1, PY_SSIZE_T_MAX, &max_len) < 0)
