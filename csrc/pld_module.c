@@ -1753,9 +1753,10 @@ static PyObject *NgramIndex_first_unequal(NgramIndexObject *self, PyObject *cons
 }
 
 /* Extend self by the ids run[at + len(self) : at + n]; the caller has
- * checked that len(self) <= n and at + n <= run->len. 0, or -1 with an
- * exception set. */
-static int index_take(NgramIndexObject *self, const id_run *run, Py_ssize_t at, size_t n)
+ * checked that len(self) <= n and at + n <= run->len. allow_threads: a long
+ * extend may release the GIL (a caller that holds borrowed references to
+ * other objects must not). 0, or -1 with an exception set. */
+static int index_take(NgramIndexObject *self, const id_run *run, Py_ssize_t at, size_t n, int allow_threads)
 {
     size_t len = pld_index_len(self->index), count = n - len, i;
     const char *p = run->data + (at + (Py_ssize_t)len) * run->itemsize;
@@ -1765,10 +1766,10 @@ static int index_take(NgramIndexObject *self, const id_run *run, Py_ssize_t at, 
         return 0;
     self->busy = 1;
     if (run->kind == 'i' && run->itemsize == 4 && is_aligned(p, 4)) {
-        PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
+        PLD_MAYBE_WITHOUT_GIL(allow_threads && count >= PLD_NOGIL_MIN_ELEMENTS,
                               st = pld_index_extend_i32(self->index, (const int32_t *)p, count));
     } else if (run->kind == 'i' && run->itemsize == 8 && is_aligned(p, 8)) {
-        PLD_MAYBE_WITHOUT_GIL(count >= PLD_NOGIL_MIN_ELEMENTS,
+        PLD_MAYBE_WITHOUT_GIL(allow_threads && count >= PLD_NOGIL_MIN_ELEMENTS,
                               st = pld_index_extend(self->index, (const int64_t *)p, count));
     } else {
         scratch = PyMem_Malloc(count * sizeof(int64_t));
@@ -1846,7 +1847,7 @@ static PyObject *NgramIndex_follow(NgramIndexObject *self, PyObject *const *args
                      n, at);
         goto done;
     }
-    if (index_take(self, &run, at, n) == 0)
+    if (index_take(self, &run, at, n, 1) == 0)
         result = index_follow_draft(self, want);
 done:
     PyBuffer_Release(&run.view);
@@ -2126,12 +2127,14 @@ static int draft_state_fared(DraftStateObject *self, Py_ssize_t accepted, PyObje
     if (outcomes != Py_None) {
         PyObject *group, *item;
         int appended;
-        if (self->candidate == NULL || !PyTuple_CheckExact(self->candidate) ||
-            PyTuple_GET_SIZE(self->candidate) != 4) {
+        PyObject *candidate = self->candidate;
+        if (candidate == NULL || !PyTuple_CheckExact(candidate) || PyTuple_GET_SIZE(candidate) != 4) {
             PyErr_SetString(PyExc_ValueError, "draft_rows: a state with a draft pending has no candidate");
             return -1;
         }
-        group = PyTuple_GetSlice(self->candidate, 0, 3);
+        Py_INCREF(candidate); /* (an allocation may collect garbage, whose finalizers could set another) */
+        group = PyTuple_GetSlice(candidate, 0, 3);
+        Py_DECREF(candidate);
         if (group == NULL)
             return -1;
         item = Py_BuildValue("(Nnnd)", group, proposed, accepted, self->predicted);
@@ -2144,10 +2147,12 @@ static int draft_state_fared(DraftStateObject *self, Py_ssize_t accepted, PyObje
     return 0;
 }
 
-/* The row's candidate: (BUCKET_ROW, n-gram bucket, support bucket, length). */
-static PyObject *row_candidate(const DraftStateObject *self, Py_ssize_t length)
+/* The row's candidate: (BUCKET_ROW, n-gram bucket, support bucket, length)
+ * of the draft `index` (the state's) has just proposed. */
+static PyObject *row_candidate(const DraftStateObject *self, const NgramIndexObject *index,
+                               Py_ssize_t length)
 {
-    size_t ngram = self->index->last_ngram;
+    size_t ngram = index->last_ngram;
     int support = self->support < 1 ? 1 : self->support > SUPPORT_BUCKETS ? SUPPORT_BUCKETS : self->support;
     return Py_BuildValue("(iinn)", BUCKET_ROW, (int)(ngram < NGRAM_BUCKETS ? ngram : NGRAM_BUCKETS - 1),
                          (Py_ssize_t)support, length);
@@ -2162,10 +2167,11 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
                                     PyObject *outcomes, int corpus_ready, PyObject *drafts,
                                     PyObject *candidates, PyObject *corpus_rows)
 {
-    Py_ssize_t i, count = PyList_GET_SIZE(states), decoding = 0;
+    Py_ssize_t i, count = PyTuple_GET_SIZE(states), decoding = 0;
     for (i = 0; i < count; i++) {
-        DraftStateObject *st = (DraftStateObject *)PyList_GET_ITEM(states, i);
-        PyObject *draft;
+        DraftStateObject *st = (DraftStateObject *)PyTuple_GET_ITEM(states, i);
+        NgramIndexObject *index;
+        PyObject *draft, *candidate = NULL;
         size_t want;
         if (in[i].sampled == 0 || in[i].n >= max_len)
             continue;
@@ -2173,17 +2179,23 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
         if (st->proposed > 0 && draft_state_fared(st, in[i].sampled - 1, outcomes) < 0)
             return -1;
         want = (size_t)(max_len - in[i].n) < k ? (size_t)(max_len - in[i].n) : k;
-        if (index_take(st->index, run, i * width, (size_t)in[i].n) < 0)
+        index = st->index; /* (held: an allocation below may run finalizers that re-init the state) */
+        if (index == NULL || index_check(index) < 0 || pld_index_len(index->index) > (size_t)in[i].n) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "draft_rows: a state changed during the step");
             return -1;
-        draft = index_follow_draft(st->index, want);
-        if (draft == NULL)
+        }
+        Py_INCREF(index);
+        draft = index_take(index, run, i * width, (size_t)in[i].n, 0) < 0 ? NULL
+                                                                          : index_follow_draft(index, want);
+        if (draft != NULL && PyList_GET_SIZE(draft) > 0)
+            candidate = row_candidate(st, index, PyList_GET_SIZE(draft));
+        Py_DECREF(index);
+        if (draft == NULL || (PyList_GET_SIZE(draft) > 0 && candidate == NULL)) {
+            Py_XDECREF(draft);
             return -1;
-        if (PyList_GET_SIZE(draft) > 0) {
-            PyObject *candidate = row_candidate(st, PyList_GET_SIZE(draft));
-            if (candidate == NULL) {
-                Py_DECREF(draft);
-                return -1;
-            }
+        }
+        if (candidate != NULL) {
             PyList_SetItem(candidates, i, candidate);
         } else if (corpus_ready) {
             PyObject *row = PyLong_FromSsize_t(i);
@@ -2199,31 +2211,28 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
     return decoding;
 }
 
-/* Reads the first `count` of `lengths` (a 1-D integer buffer) and the
- * sampled list's sizes into in[]. */
-static int row_inputs(PyObject *lengths, PyObject *sampled, Py_ssize_t count, row_input *in)
+/* Reads the first `count` of the lengths (a 1-D integer buffer, `lengths`)
+ * and the sampled list's sizes into in[] (nothing here allocates). */
+static int row_inputs(const id_run *lengths, PyObject *sampled, Py_ssize_t count, row_input *in)
 {
-    id_run run;
     Py_ssize_t i;
-    if (id_run_get(lengths, "lengths", &run) < 0)
-        return -1;
-    if (run.view.ndim > 1 || run.len < count) {
+    if (lengths->view.ndim > 1 || lengths->len < count) {
         PyErr_Format(PyExc_ValueError, "draft_rows: lengths must be 1-D with at least %zd ids, got %zd",
-                     count, run.len);
-        PyBuffer_Release(&run.view);
+                     count, lengths->len);
+        return -1;
+    }
+    if (!PyList_CheckExact(sampled) || PyList_GET_SIZE(sampled) != count) {
+        PyErr_SetString(PyExc_TypeError, "draft_rows: states and sampled must be lists of one length");
         return -1;
     }
     for (i = 0; i < count; i++) {
         int64_t n;
         PyObject *item = PyList_GET_ITEM(sampled, i);
-        if (load_id(run.data + i * run.itemsize, run.kind, run.itemsize, "lengths", &n) < 0) {
-            PyBuffer_Release(&run.view);
+        if (load_id(lengths->data + i * lengths->itemsize, lengths->kind, lengths->itemsize, "lengths", &n) < 0)
             return -1;
-        }
         in[i].n = n > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)n; /* (out of range: lost) */
         in[i].sampled = PyList_CheckExact(item) ? PyList_GET_SIZE(item) : -1;
     }
-    PyBuffer_Release(&run.view);
     return 0;
 }
 
@@ -2231,66 +2240,76 @@ static int row_inputs(PyObject *lengths, PyObject *sampled, Py_ssize_t count, ro
  * corpus_ready) -> list | tuple (the contract is in pld/_core.pyi). */
 static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *states, *sampled, *outcomes, *lost = NULL, *drafts = NULL, *candidates = NULL,
+    PyObject *states = NULL, *outcomes, *lost = NULL, *drafts = NULL, *candidates = NULL,
              *corpus_rows = NULL, *result = NULL;
     Py_ssize_t count, width, i, decoding, all_sampled = 1;
     size_t k, max_len;
     row_input small[64], *in = small;
-    id_run run;
-    int slow = 0, corpus_ready, have_run = 0;
+    id_run run, lengths;
+    int slow = 0, corpus_ready, have_run = 0, have_lengths = 0, gc_was_on = 0;
     (void)self;
     if (nargs != 9) {
         PyErr_Format(PyExc_TypeError, "draft_rows takes 9 arguments, got %zd", nargs);
         return NULL;
     }
-    states = args[0];
-    sampled = args[4];
     outcomes = args[7];
-    if (!PyList_CheckExact(states) || !PyList_CheckExact(sampled) ||
-        PyList_GET_SIZE(sampled) != PyList_GET_SIZE(states)) {
-        PyErr_SetString(PyExc_TypeError, "draft_rows: states and sampled must be lists of one length");
-        return NULL;
-    }
     if (outcomes != Py_None && !PyList_CheckExact(outcomes)) {
         PyErr_SetString(PyExc_TypeError, "draft_rows: outcomes must be a list or None");
         return NULL;
     }
-    count = PyList_GET_SIZE(states);
     if (!PyBool_Check(args[8])) {
         PyErr_SetString(PyExc_TypeError, "draft_rows: corpus_ready must be a bool");
         return NULL;
     }
-    if (exact_ssize(args[2], "draft_rows", "width", 1, &width) < 0)
-        return NULL;
     corpus_ready = args[8] == Py_True;
-    if (parse_size(args[5], "k", 1, PLD_MAX_DRAFT, &k) < 0 ||
+    /* What can run Python code first (__index__, the buffer exports); the
+     * lists are read only after, with the garbage collector held off (an
+     * allocation could collect garbage, and a finalizer change a list), from
+     * a snapshot of the states. */
+    if (exact_ssize(args[2], "draft_rows", "width", 1, &width) < 0 ||
+        parse_size(args[5], "k", 1, PLD_MAX_DRAFT, &k) < 0 ||
         parse_size(args[6], "max_len", 1, PY_SSIZE_T_MAX, &max_len) < 0)
         return NULL;
-    for (i = 0; i < count; i++)
-        if (!PyObject_TypeCheck(PyList_GET_ITEM(states, i), &DraftStateType)) {
-            PyErr_Format(PyExc_TypeError, "draft_rows: states[%zd] is a %.100s, not a DraftState", i,
-                         Py_TYPE(PyList_GET_ITEM(states, i))->tp_name);
-            return NULL;
-        }
-    if (count > (Py_ssize_t)(sizeof(small) / sizeof(small[0]))) {
-        in = PyMem_Malloc((size_t)count * sizeof(row_input));
-        if (in == NULL)
-            return PyErr_NoMemory();
-    }
-    if (row_inputs(args[3], sampled, count, in) < 0 || id_run_get(args[1], "rows", &run) < 0)
+    if (id_run_get(args[3], "lengths", &lengths) < 0)
+        return NULL;
+    have_lengths = 1;
+    if (id_run_get(args[1], "rows", &run) < 0)
         goto done;
     have_run = 1;
+    gc_was_on = PyGC_Disable();
+    if (!PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "draft_rows: states and sampled must be lists of one length");
+        goto done;
+    }
+    states = PyList_AsTuple(args[0]);
+    if (states == NULL)
+        goto done;
+    count = PyTuple_GET_SIZE(states);
+    for (i = 0; i < count; i++)
+        if (!PyObject_TypeCheck(PyTuple_GET_ITEM(states, i), &DraftStateType)) {
+            PyErr_Format(PyExc_TypeError, "draft_rows: states[%zd] is a %.100s, not a DraftState", i,
+                         Py_TYPE(PyTuple_GET_ITEM(states, i))->tp_name);
+            goto done;
+        }
     if (run.len / width < count) {
         PyErr_Format(PyExc_ValueError, "draft_rows: rows holds %zd ids, not %zd rows of %zd", run.len,
                      count, width);
         goto done;
     }
-    /* (no Python code runs from here on: the states and lists stay as they are) */
+    if (count > (Py_ssize_t)(sizeof(small) / sizeof(small[0]))) {
+        in = PyMem_Malloc((size_t)count * sizeof(row_input));
+        if (in == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    if (row_inputs(&lengths, args[4], count, in) < 0)
+        goto done;
     lost = PyList_New(0);
     if (lost == NULL)
         goto done;
     for (i = 0; i < count; i++) { /* pass 1: every row is still its request? */
-        DraftStateObject *st = (DraftStateObject *)PyList_GET_ITEM(states, i);
+        DraftStateObject *st = (DraftStateObject *)PyTuple_GET_ITEM(states, i);
         Py_ssize_t held;
         if (draft_state_check_ready(st) < 0)
             goto done;
@@ -2334,22 +2353,40 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
 done:
     if (have_run)
         PyBuffer_Release(&run.view);
+    if (have_lengths)
+        PyBuffer_Release(&lengths.view);
     if (in != small)
         PyMem_Free(in);
+    Py_XDECREF(states);
     Py_XDECREF(lost);
+    if (gc_was_on)
+        PyGC_Enable();
     Py_XDECREF(drafts);
     Py_XDECREF(candidates);
     Py_XDECREF(corpus_rows);
     return result;
 }
 
+static PyObject *send_drafts(PyObject *const *args, Py_ssize_t nargs);
+
 /* send_drafts(states, drafts, candidates, chosen) -> list (the contract is
  * in pld/_core.pyi). */
 static PyObject *py_send_drafts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
+    PyObject *out;
+    int gc_was_on = PyGC_Disable(); /* (no finalizer may change a list while it is read) */
+    (void)self;
+    out = send_drafts(args, nargs);
+    if (gc_was_on)
+        PyGC_Enable();
+    return out;
+}
+
+/* send_drafts' work, with the garbage collector held off. */
+static PyObject *send_drafts(PyObject *const *args, Py_ssize_t nargs)
+{
     PyObject *states, *drafts, *candidates, *chosen, *out;
     Py_ssize_t count, i;
-    (void)self;
     if (nargs != 4) {
         PyErr_Format(PyExc_TypeError, "send_drafts takes 4 arguments, got %zd", nargs);
         return NULL;

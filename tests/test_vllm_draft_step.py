@@ -253,3 +253,28 @@ def test_a_failure_inside_the_c_step_costs_a_step_its_drafts(caplog, monkeypatch
     assert "drafting failed" in caplog.text and drafter.num_requests == 0
     monkeypatch.undo()
     assert drafter.propose([[5]], np.array([30]), tokens) == [[0, 1, 2, 3]]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_c_step_leaves_the_garbage_collector_as_it_found_it(enabled):
+    """It holds the collector off while it reads the caller's lists (a
+    finalizer could change one), and gives it back, also on an error."""
+    import gc
+
+    seq = list(range(20))
+    state = _state(seq)
+    rows = np.array([seq + [0] * 4], np.int32)
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        out = _core.draft_rows([state], rows, 24, np.array([20]), [[19]], 4, 100, None, False)
+        assert type(out) is tuple and gc.isenabled() is enabled
+        with pytest.raises(TypeError):
+            _core.draft_rows([object()], rows, 24, np.array([20]), [[19]], 4, 100, None, False)
+        assert gc.isenabled() is enabled
+        _core.send_drafts([state], [[1, 2]], [(ROW, 1, 1, 2)], [(1, 0.5)])
+        with pytest.raises(ValueError):
+            _core.send_drafts([state], [[1, 2]], [(ROW, 1, 1, 2)], [(3, 0.5)])
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
