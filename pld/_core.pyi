@@ -96,7 +96,11 @@ def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: To
     row without a draft [] and None and, if ``corpus_ready``, its number
     in corpus_rows. The drafts are not yet
     pending: the caller sets ``proposed``, ``predicted`` and ``candidate``
-    of the states whose drafts it sends."""
+    of the states whose drafts it sends (``send_drafts``).
+
+    The arguments that can run Python code are converted first; the lists
+    are then read with the garbage collector held off (and given back as
+    it was), and the GIL is held throughout."""
 
 def send_drafts(states: List[Optional[DraftState]], drafts: List[Optional[List[int]]],
                 candidates: List[Optional[Candidate]], chosen: List[Tuple[int, float]]) -> List[List[int]]:
