@@ -278,3 +278,31 @@ def test_the_c_step_leaves_the_garbage_collector_as_it_found_it(enabled):
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_python_code_run_by_an_argument_s_conversion_cannot_pull_the_lists_from_under_the_step():
+    """k's __index__ runs before any list is read: here it empties both
+    lists, and the step sees them empty (no row, nothing read past them)."""
+    seq = list(range(20))
+    state = _state(seq)
+    states, sampled = [state], [[19]]
+
+    class Sneaky:
+        def __index__(self):
+            states.clear()
+            sampled.clear()
+            return 4
+
+    out = _core.draft_rows(states, np.array([seq + [0] * 4], np.int32), 24, np.array([20]), sampled, Sneaky(),
+                           100, None, False)
+    assert out == ([], [], [], 0, True) and state.n == 20
+
+    class Growing:
+        def __index__(self):
+            sampled.append([1])  # now longer than the states
+            return 4
+
+    states[:], sampled[:] = [state], [[19]]
+    with pytest.raises(TypeError, match="one length"):
+        _core.draft_rows(states, np.array([seq + [0] * 4], np.int32), 24, np.array([20]), sampled, Growing(),
+                         100, None, False)
