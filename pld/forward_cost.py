@@ -120,28 +120,21 @@ class LearnedCost:
 
     def observe(self, width: int, seconds: float) -> None:
         """A forward over ``width`` new tokens took ``seconds``."""
-        self.observe_many(((width, seconds),))
+        self.observe_many(((int(width), float(seconds)),))
 
     def observe_many(self, timed: Sequence[Tuple[int, float]]) -> None:
-        """:meth:`observe` for each (width, seconds) in turn (read from the
-        last back, as far as the windows reach)."""
-        recent: List[Tuple[int, float]] = []
-        plain: List[float] = []
-        for width, seconds in reversed(timed):
-            if width < 1 or not seconds > 0:
-                continue
-            if len(recent) < WINDOW:
-                recent.append((int(width), float(seconds)))
-            if width == 1 and len(plain) < PLAIN_SAMPLES:
-                plain.append(float(seconds))
-            if len(recent) == WINDOW and len(plain) == PLAIN_SAMPLES:
-                break
-        if not recent:
+        """:meth:`observe` for each (width, seconds) in turn, an int and a
+        float each: what the windows keep of them, the last WINDOW samples
+        and the last PLAIN_SAMPLES one-token ones (a width below 1, or
+        seconds not above 0, is no sample)."""
+        kept = [t for t in timed if t[0] >= 1 and t[1] > 0]
+        if not kept:
             return
+        plain = [s for w, s in kept if w == 1]
         with self._lock:
-            self._samples.extend(reversed(recent))
+            self._samples.extend(kept[-WINDOW:])
             if plain:
-                self._plain.extend(reversed(plain))
+                self._plain.extend(plain[-PLAIN_SAMPLES:])
                 self._t1 = min(self._plain)
             self._fitted = False  # (refitted when next read)
 
