@@ -42,8 +42,10 @@ Subcommands (see ``python -m pld bench --help``):
   replay   the steps of a real model's pld runs (verified and accepted
            tokens) replayed on a bigger model's forwards, against greedy.
   vllm     vLLM with pld's drafter against vLLM plain and vLLM's ngram:
-           tokens/s one request at a time and several at once, and the
-           drafter's time per step at 1k-32k tokens of context.
+           tokens/s one request at a time and several at once, the
+           drafter's time per step at 1k-32k tokens of context, and vLLM
+           plain's outputs replayed through the drafters on step-cost
+           curves (--parts replay).
 
 The modules here need the optional ``bench`` extras (numpy, matplotlib,
 tqdm); torch and transformers are used when importable.

@@ -16,6 +16,12 @@ Parts (``--parts``):
            ``--stream-limit`` a category): plain, pld's drafter with the
            prompt only and with a corpus that learns from every finished
            request; tokens per forward per category and over the stream.
+  replay   vLLM plain's greedy outputs of the prompts replayed through
+           pld's drafter, vLLM's ngram at pld's settings and a bound
+           (pld's chains cut to what will be accepted) on step-cost
+           curves (``--curves``; pld.bench.vllm_replay): tokens per
+           forward and per unit of step cost, repeatable, for weighing a
+           drafter's choices on a fit set.
   drafter  the drafter's own time per step at 1k-32k tokens of context
            (one row), and of 64 rows at 16k: pld's (extend by the tokens
            accepted, recognise the row, look up, the budget) against
@@ -51,7 +57,8 @@ DRAFTER_CASES = ((1, 1024), (1, 4096), (1, 16384), (1, 32768), (64, 16384))
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--parts", default="drafter,engine", help="drafter, engine, stream (default drafter,engine)")
+    p.add_argument("--parts", default="drafter,engine", help="drafter, engine, stream, replay (default drafter,engine)")
+    p.add_argument("--curves", default="cpu,linear", help="replay: step-cost curves (cpu, linear, gpu)")
     p.add_argument("--stream-limit", type=int, default=3, help="stream: prompts a category (default 3)")
     p.add_argument("--model", default="", help="a model folder vLLM loads (default: the embedded model, exported)")
     p.add_argument("--model-cache", default=os.path.join(os.path.expanduser("~"), ".cache", "pld", "smollm2-hf"),
@@ -326,6 +333,21 @@ def run_items(args: argparse.Namespace, model: str, methods: List[str], items: L
     return rows
 
 
+def replay_rows(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    """The replay part: vLLM plain's greedy outputs of --limit prompts a
+    task after --skip (one batch), replayed on each of --curves."""
+    from . import vllm_replay
+
+    model = model_folder(args)
+    prompts = [(task, p) for task, ps in prompts_by_task(args, model).items() for p in ps]
+    engine = start("plain", model, args.k, args.kv_cache_bytes)
+    outputs = timed_generate(engine, [p for _, p in prompts], args.max_new_tokens)["outputs"]
+    del engine
+    gc.collect()
+    pairs = [(task, p, o) for (task, p), o in zip(prompts, outputs)]
+    return vllm_replay.replay_pairs(pairs, vllm_replay.DRAFTERS, args.curves.split(","), args.k)
+
+
 def summarize(rows: List[Dict[str, Any]], methods: Sequence[str]) -> List[Dict[str, Any]]:
     """Per (task, concurrency, method): tokens/s (all tokens over all
     seconds), its ratio to plain (median of per-item ratios), tokens per
@@ -385,16 +407,19 @@ def caption(args: argparse.Namespace) -> str:
 
     import pld
 
-    parts = args.parts.split(",")
+    parts = set(args.parts.split(","))
     gpu = f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda}, eager), host " if on_cuda() else ""
     return (f"vLLM {vllm.__version__} on {gpu}{report._cpu_name()}, {os.cpu_count()} cores; model "
             f"{args.model or 'SmolLM2-135M-Instruct (embedded, exported)'}, float32, greedy, k={args.k}, "
             f"<= {args.max_new_tokens} new tokens; "
             + (f"Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} ({args.single} of them one at a "
                "time); " if "engine" in parts else "")
+            + (f"replay: Spec-Bench {args.tasks}, {args.limit} a task after {args.skip}, vLLM plain's outputs; "
+               if "replay" in parts else "")
             + (f"stream: Spec-Bench's six categories, {args.stream_limit} a category after {args.skip}, in order; "
                if "stream" in parts else "")
-            + f"methods alternating; torch {torch.__version__}, pld {pld.__version__}, "
+            + ("methods alternating; " if parts & {"engine", "stream"} else "")
+            + f"torch {torch.__version__}, pld {pld.__version__}, "
             f"Python {platform.python_version()}")
 
 
@@ -426,16 +451,25 @@ def plot(summary: List[Dict[str, Any]], path: str, title_caption: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     parts = set(args.parts.split(","))
-    if parts - {"drafter", "engine", "stream"}:
-        raise ValueError(f"--parts: expected drafter, engine and/or stream, got {args.parts!r}")
+    if parts - {"drafter", "engine", "stream", "replay"}:
+        raise ValueError(f"--parts: expected drafter, engine, stream and/or replay, got {args.parts!r}")
+    from . import vllm_replay
+
+    if "replay" in parts and (not args.curves or set(args.curves.split(",")) - set(vllm_replay.CURVES)):
+        raise ValueError(f"--curves: expected some of {', '.join(vllm_replay.CURVES)}, got {args.curves!r}")
     for name, low in (("stream_limit", 1), ("limit", 1), ("single", 0), ("skip", 0), ("max_new_tokens", 1),
                       ("k", 1), ("concurrency", 0), ("kv_cache_bytes", 1)):
         check_size("--" + name.replace("_", "-"), getattr(args, name), low, 1 << 40)
     drafter = drafter_times(args.k) if "drafter" in parts else []
     rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
+    replayed = replay_rows(args) if "replay" in parts else []
     summary = summarize(rows, [m for m in METHODS if any(r["method"] == m for r in rows)])
+    replay_summary = vllm_replay.summarize(replayed)
     text = table(summary, drafter, caption(args))
-    report.save(args.out, text, {"summary": summary, "drafter": drafter,
+    if replay_summary:
+        text = vllm_replay.table(replay_summary) + "\n\n" + text
+    report.save(args.out, text, {"summary": summary, "drafter": drafter, "replay": replay_summary,
+                                 "replay_rows": replayed,
                                  "rows": [{k: v for k, v in r.items() if k != "outputs"} for r in rows]})
     if summary:
         plot(summary, os.path.join(args.out, "vllm.png"), caption(args))
