@@ -839,7 +839,6 @@ static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t
     return 0;
 }
 
-/* A seed in [0, 2^64) from an int or anything with __index__. */
 /* obj, an exact int (so no Python code runs) >= min, as a Py_ssize_t:
  * 0, or -1 with a TypeError/ValueError naming fname and arg. */
 static int exact_ssize(PyObject *obj, const char *fname, const char *arg, Py_ssize_t min, Py_ssize_t *out)
@@ -858,6 +857,7 @@ static int exact_ssize(PyObject *obj, const char *fname, const char *arg, Py_ssi
     return 0;
 }
 
+/* A seed in [0, 2^64) from an int or anything with __index__. */
 static int parse_seed(PyObject *obj, const char *arg, uint64_t *out)
 {
     PyObject *index = int_from_index(obj, arg, 1, PyExc_TypeError,
