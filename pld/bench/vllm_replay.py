@@ -148,8 +148,10 @@ def summarize(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def table(summary: Sequence[Dict[str, Any]]) -> str:
     lines = ["| task | step cost | drafter | prompts | tokens/forward | tokens per unit of cost | vs ngram-matched |",
              "|---|---|---|--:|--:|--:|--:|"]
+    from .vllm_serving import _or_na
+
     for s in summary:
-        versus = "n/a" if s["vs_ngram_matched"] != s["vs_ngram_matched"] else f"{s['vs_ngram_matched']:.3f}x"
         lines.append(f"| {s['task']} | {s['curve']} | {s['drafter']} | {s['prompts']} | "
-                     f"{s['tokens_per_forward']:.2f} | {s['tokens_per_cost']:.3f} | {versus} |")
+                     f"{s['tokens_per_forward']:.2f} | {s['tokens_per_cost']:.3f} | "
+                     f"{_or_na(s['vs_ngram_matched'], '.3f', 'x')} |")
     return "\n".join(lines)
