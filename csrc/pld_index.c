@@ -281,30 +281,33 @@ static inline size_t index_probe(const pld_index *ix, size_t n, const int64_t *k
                        tag_is_key(ix, key, n), found);
 }
 
-/* Zeroed memory for a table, written rather than calloc'ed: a fresh
- * calloc'ed mapping reads as the shared zero page until written, so the
- * rehash, which reads a new slot before writing it, would take two faults
- * per page (the second a copy-on-write one, with a TLB shootdown across the
- * process's threads; seen in profiles of table growth). Large tables also
- * ask for transparent huge pages, since every probe of a table larger than
- * the caches is a TLB miss too. */
-static void *alloc_table(size_t count, size_t size)
+/* memset called through a volatile pointer: a compiler may fold malloc +
+ * memset(0) into calloc (GCC does at -O2), which is what pld_alloc_written
+ * must not be. */
+static void *(*const volatile write_bytes)(void *, int, size_t) = memset;
+
+void *pld_alloc_written(size_t count, size_t size)
 {
     void *p = NULL;
-    const size_t bytes = count * size;
+    size_t bytes;
+    if (size != 0 && count > SIZE_MAX / size)
+        return NULL;
+    bytes = count * size;
 #ifdef __linux__
-    const size_t huge = (size_t)2 << 20;
-    if (bytes >= huge) {
-        if (posix_memalign(&p, huge, bytes) != 0)
-            return NULL;
-        (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure is fine */
-        memset(p, 0, bytes);
-        return p;
+    {
+        const size_t huge = (size_t)2 << 20;
+        if (bytes >= huge) {
+            if (posix_memalign(&p, huge, bytes) != 0)
+                return NULL;
+            (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failure is fine */
+            write_bytes(p, 0, bytes);
+            return p;
+        }
     }
 #endif
-    p = malloc(bytes);
+    p = malloc(bytes ? bytes : 1);
     if (p != NULL)
-        memset(p, 0, bytes);
+        write_bytes(p, 0, bytes);
     return p;
 }
 
@@ -440,21 +443,21 @@ static inline uint32_t pending_find(const pld_table *t, const int64_t *tokens,
 
 static pld_status table_resize(pld_table *t, size_t capacity, int with_freq)
 {
-    pld_slot *slots = alloc_table(capacity, sizeof(pld_slot));
+    pld_slot *slots = pld_alloc_written(capacity, sizeof(pld_slot));
     pld_freq *freq = NULL;
     uint64_t *seen = NULL;
     size_t old_cap = t->slots ? t->mask + 1 : 0, i;
     if (slots == NULL)
         return PLD_ERR_NOMEM;
     if (with_freq) {
-        freq = alloc_table(capacity, sizeof(pld_freq));
+        freq = pld_alloc_written(capacity, sizeof(pld_freq));
         if (freq == NULL) {
             free(slots);
             return PLD_ERR_NOMEM;
         }
     }
     if (t->filtered) {
-        seen = alloc_table(seen_words(capacity), sizeof(uint64_t));
+        seen = pld_alloc_written(seen_words(capacity), sizeof(uint64_t));
         if (seen == NULL) {
             free(slots);
             return PLD_ERR_NOMEM;

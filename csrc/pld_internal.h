@@ -7,6 +7,17 @@
 
 #include "pld.h"
 
+/* count * size bytes of zeros, written rather than calloc'ed, or NULL
+ * (out of memory, or the product overflows); free() releases it. A fresh
+ * calloc'ed mapping reads as the shared zero page until written, so the
+ * first read and then write of each page take two faults (the second a
+ * copy-on-write one, with a TLB shootdown across the process's threads):
+ * in a table's rehash, or in the middle of a decoding step. Written here,
+ * the pages fault once, now. Blocks of 2 MiB or more are 2 MiB-aligned
+ * and ask for transparent huge pages (on Linux), since every probe of a
+ * table larger than the caches is a TLB miss too. */
+void *pld_alloc_written(size_t count, size_t size);
+
 /* A token trie being built by one propose_tree call (pld.h, "Token
  * tree"): nodes[0..n_nodes) in creation order, at most max_nodes. */
 typedef struct {

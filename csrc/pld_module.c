@@ -52,6 +52,7 @@
 
 #include "dlpack_abi.h"
 #include "pld.h"
+#include "pld_internal.h"
 
 /* Inputs longer than this are scanned with the GIL released. */
 #define PLD_NOGIL_MIN_ELEMENTS ((size_t)1 << 15)
@@ -1125,9 +1126,12 @@ static PyObject *py_find_candidate(PyObject *self, PyObject *const *args, Py_ssi
 /* Drafts repeat the ids of frequent tokens: a process-wide table keeps one
  * int object per id in [0, PLD_INT_CACHE_IDS) once a draft has carried it,
  * so propose() reuses it instead of allocating one per draft token (other
- * ids are allocated as usual). The table is zero pages until ids land in
- * it; it holds at most one object per id of the vocabulary in use (32 bytes
- * each: 1.6 MB for every id of a 50k vocabulary). The GIL guards it. */
+ * ids are allocated as usual). The table (1 MiB of pointers) is written
+ * at import (pld_alloc_written): calloc'ed, each of its pages took two
+ * faults in the middle of the step whose draft first touched it, tens of
+ * microseconds a step over a process's first few hundred drafts. It holds
+ * at most one object per id of the vocabulary in use (32 bytes each: 1.6
+ * MB for every id of a 50k vocabulary). The GIL guards it. */
 #define PLD_INT_CACHE_IDS ((int64_t)1 << 17)
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -3280,8 +3284,8 @@ static int module_exec(PyObject *m)
         return -1;
     /* the int cache serves the main interpreter only (see cached_int) */
     if (PyInterpreterState_Get() == PyInterpreterState_Main()) {
-        if (int_cache == NULL)
-            int_cache = calloc((size_t)PLD_INT_CACHE_IDS, sizeof(PyObject *)); /* NULL: none */
+        if (int_cache == NULL) /* NULL: none */
+            int_cache = pld_alloc_written((size_t)PLD_INT_CACHE_IDS, sizeof(PyObject *));
         int_cache_interp = PyInterpreterState_Main();
         int_cache_users++;
     }

@@ -10,6 +10,8 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -353,3 +355,30 @@ def test_unigram_tag_collision_with_wide_id(wide):
                 ix.truncate(n)
                 ref.truncate(n)
                 assert ix.propose(2) == ref.propose(2), (policy, seq, n)
+
+
+_FAULTS_WHILE_DRAFTING = r"""
+import resource, pld
+ids = list(range(7, 1 << 17, 512))  # one id on each 4 KiB page of the draft-int table
+ix = pld.NgramIndex(2, 2, "first")
+ix.extend([1, 2, *ids, 1, 2])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+draft = ix.propose(len(ids))
+after = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+assert draft == ids, draft[:4]
+print(len(ids), after - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts Linux page faults")
+def test_first_drafts_take_no_page_faults_in_the_int_table():
+    """The table of draft ints (one per id, process-wide) is written at
+    import, not calloc'ed: a fresh process whose first draft carries one id
+    on each of its pages takes no fault there (calloc'ed, a compiler may
+    fold malloc + memset into, each page took two: read, then
+    copy-on-write)."""
+    out = subprocess.run([sys.executable, "-c", _FAULTS_WHILE_DRAFTING], capture_output=True, text=True,
+                         check=True).stdout.split()
+    pages, faults = int(out[0]), int(out[1])
+    assert pages == 256
+    assert faults < pages // 4, f"{faults} page faults while drafting {pages} ids, one a page of the table"
