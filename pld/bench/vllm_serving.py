@@ -128,7 +128,7 @@ def _fake_config(k: int, max_len: int, rows: int = 8) -> Any:
 
 # ---------------------------------------------------------------- engines
 
-def speculative_config(method: str, k: int, corpus_file: str = "") -> Dict[str, Any]:
+def speculative_config(method: str, k: int) -> Dict[str, Any]:
     """(speculative_config, additional_config) keyword arguments of LLM()
     for a method."""
     if method in ("plain", "plain-again"):
