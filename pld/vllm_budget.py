@@ -202,6 +202,12 @@ class StepBudget:
         (:meth:`_group_plan`), from what this plan fixed."""
         self._learn()
         cost = self.cost(key)
+        if rows == 1:  # (alone, a row's bucket takes the depth that pays for it: no plan across rows to make)
+            self._groups.update(c[:3] for c in candidates if c is not None)
+            self._plan, self._chosen, self._reaches, self._taken = {}, {}, {}, {}
+            self._alone = (1.0, [cost(1 + d) for d in range(self.k + 1)])
+            self._plan_key, self._plan_age = key, 0
+            return
         wanting: Dict[Group, List[int]] = {}  # group -> rows whose chain holds >= j + 1 tokens, by j
         for c in candidates:
             if c is not None:

@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 
-from pld.acceptance_buckets import ROW
+from pld.acceptance_buckets import CORPUS, ROW
 from pld.token_tree import AcceptanceModel
 from pld.vllm import Drafter
 from pld.vllm_budget import PLAIN_EVERY, StepBudget, size_class
@@ -165,6 +165,16 @@ def test_at_one_row_a_bucket_drafts_what_pays_alone_whatever_the_plan_was_made_w
         assert first_plan(made_with).choose([then], 1) == first_plan(then).choose([then], 1)
     if slope < 0.2:  # (where drafts are cheap, longer than any chain the plan saw)
         assert first_plan(short).choose([strong], 1)[0][0] > 2
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_a_corpus_bucket_gets_a_plan_the_first_time_a_row_draws_on_it(rows):
+    # corpus buckets are not planned until a row has one; where drafts cost nothing, one drafts its whole chain
+    budget = StepBudget(10, verify_cost=0.0)
+    assert budget.choose([(ROW, 2, 1, 4)] * rows, rows)[0][0] == 4
+    got = budget.choose([(CORPUS, 3, 3, 6)] + [None] * (rows - 1), rows)
+    assert got[0][0] == 6 and got[0][1] > 0
+    assert got[1:] == [(0, 0.0)] * (rows - 1)
 
 
 def test_a_step_is_timed_only_when_it_served_the_same_requests_as_the_last(monkeypatch):
