@@ -202,12 +202,6 @@ class StepBudget:
         (:meth:`_group_plan`), from what this plan fixed."""
         self._learn()
         cost = self.cost(key)
-        if rows == 1:  # (alone, a row's bucket takes the depth that pays for it: no plan across rows to make)
-            self._groups.update(c[:3] for c in candidates if c is not None)
-            self._plan, self._chosen, self._reaches, self._taken = {}, {}, {}, {}
-            self._alone = (1.0, [cost(1 + d) for d in range(self.k + 1)])
-            self._plan_key, self._plan_age = key, 0
-            return
         wanting: Dict[Group, List[int]] = {}  # group -> rows whose chain holds >= j + 1 tokens, by j
         for c in candidates:
             if c is not None:
@@ -218,6 +212,20 @@ class StepBudget:
                     counts[j] += 1
         self._groups.update(wanting)
         self._plan, self._chosen, self._reaches = {}, {}, {}
+        # (at one row, each bucket's own depth below is what a plan across rows would give it)
+        best, self._taken = self._across(wanting, rows, cost) if rows > 1 else ((1.0, 1), {})
+        # A row of any bucket in place of an average row of that plan (its
+        # chain maybe longer than those seen now): alone, at one row.
+        share = 1.0 - 1.0 / rows
+        base_gained, base_width = best[0] * share + 1.0, 1 + (best[1] - 1) * share
+        self._alone = (base_gained, [cost(base_width + d) for d in range(self.k + 1)])  # (the same for every bucket)
+        self._plan_key, self._plan_age = key, 0
+
+    def _across(self, wanting: Dict[Group, List[int]], rows: int, cost: Callable[[int], float]
+                ) -> Tuple[Tuple[float, int], Dict[Group, int]]:
+        """The rows' first tokens, likeliest first across rows, while
+        (rows + reach) / c(1 + tokens) grows: ((rows + reach, width) of the
+        best step, the depth it takes of each group)."""
         items = sorted(((self._plan_reach(g)[j], g, j, n) for g, counts in wanting.items()
                         for j, n in enumerate(counts) if n), key=lambda t: -t[0])
         gained, width, best = float(rows), 1, (float(rows), 1)
@@ -229,15 +237,7 @@ class StepBudget:
             if rate <= best_rate:
                 break
             best_rate, best, taken = rate, (gained, width), i + 1
-        self._taken = {}
-        for _, group, j, _ in items[:taken]:
-            self._taken[group] = j + 1
-        # A row of any bucket in place of an average row of that plan (its
-        # chain maybe longer than those seen now): alone, at one row.
-        share = 1.0 - 1.0 / rows
-        base_gained, base_width = best[0] * share + 1.0, 1 + (best[1] - 1) * share
-        self._alone = (base_gained, [cost(base_width + d) for d in range(self.k + 1)])  # (the same for every bucket)
-        self._plan_key, self._plan_age = key, 0
+        return best, {group: j + 1 for _, group, j, _ in items[:taken]}
 
     def _group_plan(self, group: Group) -> Optional[Tuple[int, List[float]]]:
         """(depth, reach at depths 1..k) the current plan gives ``group``;
