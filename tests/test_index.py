@@ -373,10 +373,9 @@ print(len(ids), after - before)
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="counts Linux page faults")
 def test_first_drafts_take_no_page_faults_in_the_int_table():
     """The table of draft ints (one per id, process-wide) is written at
-    import, not calloc'ed: a fresh process whose first draft carries one id
-    on each of its pages takes no fault there (calloc'ed, a compiler may
-    fold malloc + memset into, each page took two: read, then
-    copy-on-write)."""
+    import: a fresh process whose first draft carries one id on each of
+    its pages takes no fault there. Calloc'ed (or malloc + memset, which
+    GCC folds into calloc), each page took two: read, then copy-on-write."""
     out = subprocess.run([sys.executable, "-c", _FAULTS_WHILE_DRAFTING], capture_output=True, text=True,
                          check=True).stdout.split()
     pages, faults = int(out[0]), int(out[1])

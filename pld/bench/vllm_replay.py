@@ -37,6 +37,8 @@ from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from .vllm_serving import _or_na
+
 CURVES: Dict[str, Callable[[int], float]] = {
     "cpu": lambda w: 1.0 if w <= 5 else (1.0 + 0.23 * (w - 5) / 3 if w <= 8 else 1.23 + 0.03 * (w - 8)),
     "linear": lambda w: 1.0 + 0.05 * (w - 1),
@@ -148,8 +150,6 @@ def summarize(rows: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def table(summary: Sequence[Dict[str, Any]]) -> str:
     lines = ["| task | step cost | drafter | prompts | tokens/forward | tokens per unit of cost | vs ngram-matched |",
              "|---|---|---|--:|--:|--:|--:|"]
-    from .vllm_serving import _or_na
-
     for s in summary:
         lines.append(f"| {s['task']} | {s['curve']} | {s['drafter']} | {s['prompts']} | "
                      f"{s['tokens_per_forward']:.2f} | {s['tokens_per_cost']:.3f} | "
