@@ -126,11 +126,16 @@ class LearnedCost:
         """:meth:`observe` for each (width, seconds) in turn, an int and a
         float each: what the windows keep of them, the last WINDOW samples
         and the last PLAIN_SAMPLES one-token ones (a width below 1, or
-        seconds not above 0, is no sample)."""
-        kept = [t for t in timed if t[0] >= 1 and t[1] > 0]
+        seconds not above 0, is no sample). Where the last WINDOW of
+        ``timed`` are all samples and hold PLAIN_SAMPLES one-token ones,
+        nothing before them is kept, and only they are read."""
+        kept = [t for t in timed[-WINDOW:] if t[0] >= 1 and t[1] > 0]
+        plain = [s for w, s in kept if w == 1]
+        if len(timed) > WINDOW and (len(kept) < WINDOW or len(plain) < PLAIN_SAMPLES):
+            kept = [t for t in timed if t[0] >= 1 and t[1] > 0]
+            plain = [s for w, s in kept if w == 1]
         if not kept:
             return
-        plain = [s for w, s in kept if w == 1]
         with self._lock:
             self._samples.extend(kept[-WINDOW:])
             if plain:

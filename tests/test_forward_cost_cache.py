@@ -98,12 +98,16 @@ def test_a_wider_forward_never_costs_less_and_bad_samples_are_ignored():
     assert len(cost.samples()) == 3
 
 
-def test_observe_many_is_observe_in_turn():
+@pytest.mark.parametrize("bad", [0.2, 0.0])
+def test_observe_many_is_observe_in_turn(bad):
+    """With bad = 0 (every (width, seconds) a sample) it reads only the
+    last WINDOW where they hold PLAIN_SAMPLES one-token ones."""
     rng = np.random.default_rng(0)
-    for size in (0, 1, 5, 31, 32, 33, 200):
-        for plain in (0.0, 0.05, 0.5, 1.0):
-            samples = [(1 if rng.random() < plain else int(rng.integers(-1, 12)),
-                        float(rng.choice([rng.random(), 0.0, float("nan")], p=[0.8, 0.1, 0.1]))) for _ in range(size)]
+    for size in (0, 1, 5, 31, 32, 33, 40, 200):
+        for plain in (0.0, 0.05, 0.2, 0.5, 1.0):
+            samples = [(1 if rng.random() < plain else int(rng.integers(1 if not bad else -1, 12)),
+                        float(rng.choice([rng.random() + 1e-9, 0.0, float("nan")], p=[1 - bad, bad / 2, bad / 2])))
+                       for _ in range(size)]
             one, many = LearnedCost(), LearnedCost()
             for w, s in [(1, 0.01), (3, 0.02)] + samples:
                 one.observe(w, s)
