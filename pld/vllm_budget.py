@@ -24,10 +24,11 @@ the step, ``rows + their summed reach``, per unit of c grow. Reach depends
 on the bucket alone, so a plan is a depth per bucket, made by sorting a few
 dozen (bucket, depth) groups whatever the batch, and each bucket's depth
 worked out when a row first draws on it. It is made again after
-REPLAN_EVERY steps with something to draft (with the outcomes learned
-since; a step where no row had a match counts 1/IDLE_STEPS of one), or at
-once when the batch-size class changes or a bucket it lacks appears, so a
-step between costs a dictionary look-up a request. After EXPLORE_EVERY
+REPLAN_EVERY steps that drafted, or had a match while vLLM's answers to
+earlier drafts waited to be learned (any other step counts 1/IDLE_STEPS
+of one: a plan then would learn only step times), or at once when the
+batch-size class changes or a bucket it lacks appears, so a step between
+costs a dictionary look-up a request. After EXPLORE_EVERY
 steps that drafted nothing though there were candidates, every request
 drafts its first token again. The drafts never change vLLM's output;
 only the step's cost does.
@@ -46,13 +47,16 @@ from .width_budget import EXPLORE_EVERY
 #: drafts nothing (the unit of its learned cost, t(1), kept current).
 PLAIN_EVERY = 64
 
-#: Steps with something to draft a plan (a depth per bucket) is kept before
-#: it is made again with what was learned since...
+#: Steps that draft (or have a match and answers to learn) a plan (a depth
+#: per bucket) is kept before it is made again with what was learned since...
 REPLAN_EVERY = 16
-#: ...where IDLE_STEPS steps at which no row had a match count as one (no
-#: choice was made, no outcome will come; at one row of text that nothing
-#: matches, a plan every 256 steps and not 16). Level with 1 on the fit
-#: set's replays.
+#: ...where IDLE_STEPS other steps count as one: no row had a match (no
+#: choice was made), or none drafted and no answer waits (nothing new to
+#: learn but step times). At one row of text that nothing matches, or of
+#: random ids whose matches never pay, a plan every 256 steps and not 16;
+#: an exploration step's answer is learned within REPLAN_EVERY steps.
+#: Level with 1 on the fit set's replays, where at one row nearly every
+#: match drafts.
 IDLE_STEPS = 16
 
 #: Slope of c(w) while a class has no timed step with drafts yet: optimistic,
@@ -101,7 +105,7 @@ class StepBudget:
         self._reach: Dict[Group, List[float]] = {}  # group -> unscaled reach, until it learns
         self._stale: set = set()
         self._plan_key = -1
-        self._plan_age = REPLAN_EVERY * IDLE_STEPS  # (in 1/IDLE_STEPS of a step with a match)
+        self._plan_age = REPLAN_EVERY * IDLE_STEPS  # (in 1/IDLE_STEPS of a step that counts whole)
 
     # ----------------------------------------------------------- the cost
 
@@ -158,7 +162,7 @@ class StepBudget:
                     self._idle = 0
                     chosen, drafted = self._first_tokens(candidates)
         self.since_plain[key] = since + 1 if drafted else 0
-        self._plan_age += IDLE_STEPS if wanted else 1
+        self._plan_age += IDLE_STEPS if wanted and (drafted or self.outcomes) else 1
         if learned:  # (the time from this call to the next)
             self._last = (now, key, 1 + drafted) if rows else None
         return chosen

@@ -267,23 +267,49 @@ def test_observe_chain_count_is_count_chains_in_turn():
     assert one.counts() == many.counts() and one.scale == pytest.approx(many.scale)
 
 
-@pytest.mark.parametrize("slope", [0.0, 50.0])
-def test_a_plan_is_made_again_after_steps_with_matches_and_rarely_over_steps_without(monkeypatch, slope):
+def test_a_plan_is_made_again_after_steps_that_draft_or_learn_and_rarely_over_others(monkeypatch):
+    """A step counts whole towards the next plan where a row drafts, or
+    has a match while answered drafts wait to be learned; any other step
+    counts 1/IDLE_STEPS (a plan made then would learn nothing new about
+    acceptance, only the step times)."""
     from pld.vllm_budget import IDLE_STEPS, REPLAN_EVERY
 
-    budget = StepBudget(8, verify_cost=slope)
-    plans = []
-    replan = budget._replan
-    monkeypatch.setattr(budget, "_replan", lambda *a: (plans.append(len(steps)), replan(*a)))
-    steps = []
+    plans, steps = [], []
+
+    def budget_for(slope):
+        budget = StepBudget(8, verify_cost=slope)
+        replan = budget._replan
+        monkeypatch.setattr(budget, "_replan", lambda *a: (plans.append(len(steps)), replan(*a)))
+        return budget
+
     weak = (ROW, 1, 1, 8)
-    for _ in range(3 * REPLAN_EVERY):  # a match every step, drafted (slope 0) or not: a plan every REPLAN_EVERY
-        assert (budget.choose([weak], 1)[0][0] > 0) == (slope == 0.0) or budget._idle == 0
+    budget = budget_for(0.0)  # every match drafted: a plan every REPLAN_EVERY steps
+    for _ in range(3 * REPLAN_EVERY):
+        (d, p), = budget.choose([weak], 1)
+        assert d > 0
+        budget.accepted(weak, d, 0, p)
         steps.append(1)
     assert plans == [0, REPLAN_EVERY, 2 * REPLAN_EVERY]
-    del plans[:]
-    first = len(steps)  # (the last plan is REPLAN_EVERY steps old: made again at once)
-    for _ in range(2 * REPLAN_EVERY * IDLE_STEPS):  # nothing to draft: a plan every REPLAN_EVERY * IDLE_STEPS
+
+    del plans[:], steps[:]
+    budget = budget_for(50.0)  # nothing pays: only the exploration steps draft
+    assert budget.choose([weak], 1) == [(0, 0.0)] and plans == [0]
+    steps.append(1)
+    budget.accepted(weak, 1, 1, 0.1)  # an answered draft waits: the steps with a match count whole
+    while len(plans) == 1 and len(steps) <= 2 * REPLAN_EVERY:
+        budget.choose([weak], 1)
+        steps.append(1)
+    assert plans == [0, 1 + REPLAN_EVERY] and not budget.outcomes  # (step 0 had nothing to learn: 1/IDLE_STEPS)
+    drafted = []
+    for _ in range(8 * EXPLORE_EVERY):  # nothing answered now: 1/IDLE_STEPS a step, an exploration step whole
+        drafted.append(budget.choose([weak], 1)[0][0])
+        steps.append(1)
+    assert sum(drafted) == len(drafted) // EXPLORE_EVERY  # (one token each)
+    assert plans == [0, 1 + REPLAN_EVERY]
+
+    del plans[:], steps[:]
+    budget = budget_for(50.0)
+    for _ in range(2 * REPLAN_EVERY * IDLE_STEPS + 1):  # nothing to draft: a plan every REPLAN_EVERY * IDLE_STEPS
         assert budget.choose([None], 1) == [(0, 0.0)]
         steps.append(0)
-    assert plans == [first, first + REPLAN_EVERY * IDLE_STEPS]
+    assert plans == [0, REPLAN_EVERY * IDLE_STEPS, 2 * REPLAN_EVERY * IDLE_STEPS]
