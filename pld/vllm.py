@@ -107,6 +107,8 @@ class DrafterOptions:
                                       _core.CORPUS_MAX_TOKENS)
         if self.corpus is not None and not os.path.isfile(self.corpus):
             raise ValueError(f"additional_config['pld']['corpus']: no such file: {self.corpus!r}")
+        if self.save_corpus is not None:
+            _check_writable("save_corpus", self.save_corpus)
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -129,6 +131,19 @@ def _seconds(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
         raise ValueError(f"additional_config['pld']['{name}'] must be a number of seconds >= 0, got {value!r}")
     return float(value)
+
+
+def _check_writable(name: str, path: str) -> None:
+    """A file can be written at ``path`` (checked at start, so that the
+    corpus is not lost at exit): not a folder, in a folder that exists and
+    takes new files."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"additional_config['pld']['{name}']: {path!r} is a folder, not a file path")
+    if not os.path.isdir(folder):
+        raise ValueError(f"additional_config['pld']['{name}']: no such folder: {folder!r}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"additional_config['pld']['{name}']: cannot write in {folder!r}")
 
 
 def _path(name: str, value: Any) -> Optional[str]:

@@ -401,6 +401,9 @@ def test_best_chain_follows_the_most_supported_child():
     (4, {"corpus": 5}, "corpus"),
     (4, {"save_every": -1}, "save_every"),
     (4, {"save_every": float("nan")}, "save_every"),
+    (4, {"save_corpus": "/nonexistent/c.pldc"}, "save_corpus.*no such folder"),
+    (4, {"save_corpus": "/"}, "save_corpus.*is a folder"),
+    (4, {"save_corpus": ""}, "save_corpus"),
 ])
 def test_bad_options_are_refused_at_start(k, options, message):
     with pytest.raises((TypeError, ValueError), match=message):
@@ -456,7 +459,10 @@ def test_head_keys_follow_short_requests():
 
 
 def test_a_corpus_that_cannot_be_saved_warns_and_drafting_goes_on(tmp_path, caplog):
-    drafter = Drafter(config(k=4, adaptive=False, save_corpus=str(tmp_path / "no" / "such" / "dir.pldc")))
+    folder = tmp_path / "gone"
+    folder.mkdir()
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=str(folder / "outputs.pldc")))
+    folder.rmdir()  # (after the start's check: removed while serving)
     tokens = np.zeros((1, 400), dtype=np.int32)
     tokens[0, :9] = [1, 7, 8, 9, 10, 11, 12, 7, 8]
     with caplog.at_level(logging.WARNING, logger="pld"):
