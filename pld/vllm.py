@@ -134,9 +134,9 @@ def _seconds(name: str, value: Any) -> float:
 
 
 def _check_writable(name: str, path: str) -> None:
-    """A file can be written at ``path`` (checked at start, so that the
-    corpus is not lost at exit): not a folder, in a folder that exists and
-    takes new files."""
+    """A file can be written at ``path`` (checked at start, not first
+    found at a save): not a folder, in a folder that exists and takes new
+    files."""
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"additional_config['pld']['{name}']: {path!r} is a folder, not a file path")
