@@ -2162,14 +2162,81 @@ static PyObject *row_candidate(const DraftStateObject *self, const NgramIndexObj
                          (Py_ssize_t)support, length);
 }
 
+/* The most stop ids draft_rows takes. */
+#define DRAFT_STOP_MAX 16
+
+/* What ends a request (draft_rows' stop ids) and where the step reports
+ * the rows that sampled one. */
+typedef struct {
+    int64_t ids[DRAFT_STOP_MAX];
+    Py_ssize_t count;
+    PyObject *ended; /* a list */
+} stop_ids;
+
+/* Reads stop, an exact tuple of at most DRAFT_STOP_MAX exact ints (so no
+ * Python code runs), into out->ids: 0, or -1 with a TypeError/ValueError. */
+static int stop_ids_get(PyObject *stop, stop_ids *out)
+{
+    Py_ssize_t i;
+    if (!PyTuple_CheckExact(stop) || PyTuple_GET_SIZE(stop) > DRAFT_STOP_MAX) {
+        PyErr_Format(PyExc_TypeError, "draft_rows: stop_ids must be a tuple of at most %d ints",
+                     DRAFT_STOP_MAX);
+        return -1;
+    }
+    out->count = PyTuple_GET_SIZE(stop);
+    for (i = 0; i < out->count; i++) {
+        PyObject *item = PyTuple_GET_ITEM(stop, i);
+        long long v;
+        if (!PyLong_CheckExact(item)) {
+            PyErr_Format(PyExc_TypeError, "draft_rows: stop_ids[%zd] must be an int, got %.100s", i,
+                         Py_TYPE(item)->tp_name);
+            return -1;
+        }
+        v = PyLong_AsLongLong(item);
+        if (v == -1 && PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+                return -1;
+            PyErr_Clear(); /* (replaced: the ValueError names the argument) */
+            PyErr_Format(PyExc_ValueError, "draft_rows: stop_ids[%zd] is out of the 64-bit range", i);
+            return -1;
+        }
+        out->ids[i] = (int64_t)v;
+    }
+    return 0;
+}
+
+/* Whether one of the ids have[from:to] is a stop id. */
+static int sampled_a_stop(const stop_ids *stop, const int64_t *have, Py_ssize_t from, Py_ssize_t to)
+{
+    Py_ssize_t i, j;
+    for (i = from < 0 ? 0 : from; i < to; i++)
+        for (j = 0; j < stop->count; j++)
+            if (have[i] == stop->ids[j])
+                return 1;
+    return 0;
+}
+
+/* Appends row i to the list rows: 0, or -1 with an exception set. */
+static int append_row(PyObject *rows, Py_ssize_t i)
+{
+    PyObject *row = PyLong_FromSsize_t(i);
+    int appended;
+    if (row == NULL)
+        return -1;
+    appended = PyList_Append(rows, row);
+    Py_DECREF(row);
+    return appended;
+}
+
 /* Pass 2 of draft_rows (every row checked and fit for this path): each
  * decoding row learns how its last draft fared, takes its new ids and
- * proposes. Fills drafts and candidates (lists of count Nones) and
- * corpus_rows; returns the decoding rows, or -1 with an exception set. */
+ * proposes. Fills drafts and candidates (lists of count Nones),
+ * corpus_rows, and stop->ended (the rows whose sampled ids hold a stop
+ * id); returns the decoding rows, or -1 with an exception set. */
 static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const id_run *run,
                                     Py_ssize_t width, size_t k, Py_ssize_t max_len,
-                                    PyObject *outcomes, int corpus_ready, PyObject *drafts,
-                                    PyObject *candidates, PyObject *corpus_rows)
+                                    PyObject *outcomes, int corpus_ready, const stop_ids *stop,
+                                    PyObject *drafts, PyObject *candidates, PyObject *corpus_rows)
 {
     Py_ssize_t i, count = PyTuple_GET_SIZE(states), decoding = 0;
     for (i = 0; i < count; i++) {
@@ -2177,6 +2244,7 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
         NgramIndexObject *index;
         PyObject *draft, *candidate = NULL;
         size_t want;
+        int ended;
         if (in[i].sampled == 0 || in[i].n >= max_len)
             continue;
         decoding++;
@@ -2194,21 +2262,20 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
                                                                           : index_follow_draft(index, want);
         if (draft != NULL && PyList_GET_SIZE(draft) > 0)
             candidate = row_candidate(st, index, PyList_GET_SIZE(draft));
+        ended = draft != NULL && stop->count > 0 &&
+                sampled_a_stop(stop, pld_index_tokens(index->index), in[i].n - in[i].sampled, in[i].n);
         Py_DECREF(index);
-        if (draft == NULL || (PyList_GET_SIZE(draft) > 0 && candidate == NULL)) {
+        if (draft == NULL || (PyList_GET_SIZE(draft) > 0 && candidate == NULL) ||
+            (ended && append_row(stop->ended, i) < 0)) {
             Py_XDECREF(draft);
+            Py_XDECREF(candidate);
             return -1;
         }
         if (candidate != NULL) {
             PyList_SetItem(candidates, i, candidate);
-        } else if (corpus_ready) {
-            PyObject *row = PyLong_FromSsize_t(i);
-            if (row == NULL || PyList_Append(corpus_rows, row) < 0) {
-                Py_XDECREF(row);
-                Py_DECREF(draft);
-                return -1;
-            }
-            Py_DECREF(row);
+        } else if (corpus_ready && append_row(corpus_rows, i) < 0) {
+            Py_DECREF(draft);
+            return -1;
         }
         PyList_SetItem(drafts, i, draft);
     }
@@ -2241,7 +2308,8 @@ static int row_inputs(const id_run *lengths, PyObject *sampled, Py_ssize_t count
 }
 
 /* draft_rows(states, rows, width, lengths, sampled, k, max_len, outcomes,
- * corpus_ready) -> list | tuple (the contract is in pld/_core.pyi). */
+ * corpus_ready, stop_ids) -> list | tuple (the contract is in
+ * pld/_core.pyi). */
 static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *states = NULL, *outcomes, *lost = NULL, *drafts = NULL, *candidates = NULL,
@@ -2250,12 +2318,16 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
     size_t k, max_len;
     row_input small[64], *in = small;
     id_run run, lengths;
+    stop_ids stop;
     int slow = 0, corpus_ready, have_run = 0, have_lengths = 0, gc_was_on = 0;
     (void)self;
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "draft_rows takes 9 arguments, got %zd", nargs);
+    stop.ended = NULL;
+    if (nargs != 10) {
+        PyErr_Format(PyExc_TypeError, "draft_rows takes 10 arguments, got %zd", nargs);
         return NULL;
     }
+    if (stop_ids_get(args[9], &stop) < 0)
+        return NULL;
     outcomes = args[7];
     if (outcomes != Py_None && !PyList_CheckExact(outcomes)) {
         PyErr_SetString(PyExc_TypeError, "draft_rows: outcomes must be a list or None");
@@ -2341,7 +2413,8 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
     drafts = PyList_New(count);
     candidates = PyList_New(count);
     corpus_rows = PyList_New(0);
-    if (drafts == NULL || candidates == NULL || corpus_rows == NULL)
+    stop.ended = PyList_New(0);
+    if (drafts == NULL || candidates == NULL || corpus_rows == NULL || stop.ended == NULL)
         goto done;
     for (i = 0; i < count; i++) {
         Py_INCREF(Py_None);
@@ -2350,10 +2423,10 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
         PyList_SET_ITEM(candidates, i, Py_None);
     }
     decoding = draft_rows_follow(states, in, &run, width, k, (Py_ssize_t)max_len, outcomes,
-                                 corpus_ready, drafts, candidates, corpus_rows);
+                                 corpus_ready, &stop, drafts, candidates, corpus_rows);
     if (decoding >= 0)
-        result = Py_BuildValue("(OOOnO)", drafts, candidates, corpus_rows, decoding,
-                               all_sampled ? Py_True : Py_False);
+        result = Py_BuildValue("(OOOnOO)", drafts, candidates, corpus_rows, decoding,
+                               all_sampled ? Py_True : Py_False, stop.ended);
 done:
     if (have_run)
         PyBuffer_Release(&run.view);
@@ -2368,6 +2441,7 @@ done:
     Py_XDECREF(drafts);
     Py_XDECREF(candidates);
     Py_XDECREF(corpus_rows);
+    Py_XDECREF(stop.ended);
     return result;
 }
 

@@ -73,8 +73,9 @@ class DraftState:
 
 def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: TokenIds,
                sampled: List[List[int]], k: int, max_len: int, outcomes: Optional[list],
-               corpus_ready: bool) -> Union[List[int], Tuple[List[List[int]], List[Optional[Candidate]],
-                                                             List[int], int, bool]]:
+               corpus_ready: bool, stop_ids: Tuple[int, ...]
+               ) -> Union[List[int], Tuple[List[List[int]], List[Optional[Candidate]], List[int], int, bool,
+                                           List[int]]]:
     """One vLLM step of pld.vllm's drafter, row i of the batch being
     ``rows[i * width : i * width + lengths[i]]`` (``rows`` C-contiguous,
     ``lengths`` 1-D, both of integer ids) and ``states[i]`` its request
@@ -92,9 +93,11 @@ def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: To
     accepted, predicted) goes to ``outcomes`` unless it is None), takes
     its new ids and proposes at most min(k, max_len - lengths[i]) tokens;
     the result is (drafts, candidates, corpus_rows, decoding rows, whether
-    every row sampled): a row not decoding has None and None, a decoding
-    row without a draft [] and None and, if ``corpus_ready``, its number
-    in corpus_rows. The drafts are not yet
+    every row sampled, ended): a row not decoding has None and None, a
+    decoding row without a draft [] and None and, if ``corpus_ready``, its
+    number in corpus_rows; ended lists the decoding rows whose last
+    ``len(sampled[i])`` ids hold one of ``stop_ids`` (an exact tuple of at
+    most 16 ints: the ids that end a request). The drafts are not yet
     pending: the caller sets ``proposed``, ``predicted`` and ``candidate``
     of the states whose drafts it sends (``send_drafts``).
 

@@ -24,10 +24,13 @@ that does not grow with the context. Options come from
                   runs more than one rank)
     corpus        a pld.Corpus file to load at start (must exist)
     learn         add each finished request's output to the corpus
-                  (default true when a corpus is given or saved)
-    save_corpus   a path the corpus is written to (atomically) when it has
-                  learned and ``save_every`` seconds (default 5) have passed
-                  since the last save, and when the drafter closes
+                  (default true when a corpus is given or saved): at the
+                  step that samples the model's end-of-sequence id, else
+                  (max_tokens, a stop string) at the first step without it,
+                  or when the drafter closes
+    save_corpus   a path the corpus is written to (atomically) within
+                  ``save_every`` seconds (default 5) of its learning, by a
+                  timer if no step comes, and when the drafter closes
     corpus_max_tokens   size of a new corpus (default 1 << 22)
 
 Rows carry no request ids and vLLM moves them between steps (finished
@@ -52,6 +55,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import threading
 import time
 import weakref
 from collections import OrderedDict
@@ -167,7 +171,7 @@ class _Request(_core.DraftState):
     tokens indexed (``seems``), one takes the tokens accepted and proposes
     (``NgramIndex.follow``)."""
 
-    __slots__ = ("prompt", "length", "key")
+    __slots__ = ("prompt", "length", "key", "learned")
 
     def __init__(self, n: int, prompt: int, options: DrafterOptions) -> None:
         index = _core.NgramIndex(options.max_n, options.min_n, "recent", seed=0)
@@ -178,6 +182,7 @@ class _Request(_core.DraftState):
         self.prompt = prompt
         self.length = DraftLength(options.k, adaptive=True) if options.adaptive == "request" else None
         self.key: Tuple[int, ...] = ()
+        self.learned = prompt  # its tokens up to here are the prompt, or in the corpus
 
     def truncate(self, n: int) -> None:
         """Keep the first n tokens; the drafts' history starts again (a
@@ -186,6 +191,7 @@ class _Request(_core.DraftState):
         self.index.truncate(n)
         self.cursor = 0
         self.prompt = min(self.prompt, n)
+        self.learned = min(self.learned, n)
         self.proposed = 0
         self.support = 1
         if self.length is not None:
@@ -196,8 +202,9 @@ class _Request(_core.DraftState):
         ``at`` (n <= limit <= the row's width)."""
         return self.n <= limit and self.index.first_unequal(tokens, at, 0, self.n) == 1
 
-    def output(self) -> List[int]:
-        return self.index.tokens()[self.prompt:]
+    def unlearned(self) -> List[int]:
+        """The output it holds that the corpus has not been offered."""
+        return self.index.tokens()[self.learned:]
 
 
 class Drafter:
@@ -224,8 +231,15 @@ class Drafter:
         self.keys: Dict[bytes, List[_Request]] = {}  # head tokens -> requests held
         self.pool: "OrderedDict[int, _Request]" = OrderedDict()  # requests in no row, oldest first
         self.corpus = _open_corpus(self.options, model)
+        self._learning = self.corpus is not None and self.options.learn
+        #: the ids that end a request (its model's end-of-sequence ids), whose step learns its output
+        self._stop = _stop_ids(model) if self._learning else ()
+        self._stop_set = frozenset(self._stop)
         self._closed = False
         self._saved_at: Optional[float] = None
+        self._timer: Optional[threading.Timer] = None  # a save due, when one is
+        self._timer_lock = threading.Lock()  # (held briefly: the timer and _saved_at)
+        self._write_lock = threading.Lock()  # one write at a time
         self._array: Optional[np.ndarray] = None  # the token array last checked, if read as it is
         self._dtype: Optional[np.dtype] = None  # and its dtype then
         self._in_order: Optional[List[_Request]] = None  # the states of rows 0, 1, ..., if each has one
@@ -254,9 +268,12 @@ class Drafter:
                 lengths = num_tokens_no_spec if num_tokens_no_spec is self._lengths else \
                     self._readable_lengths(num_tokens_no_spec)
                 got = _core.draft_rows(states, tokens, tokens.shape[1], lengths, sampled_token_ids, self._k,
-                                       self._max_len, self._outcomes, self.corpus is not None and len(self.corpus) > 0)
+                                       self._max_len, self._outcomes, self.corpus is not None and len(self.corpus) > 0,
+                                       self._stop)
                 if type(got) is tuple:
-                    drafts, candidates, corpus_rows, decoding, all_decoding = got
+                    drafts, candidates, corpus_rows, decoding, all_decoding, ended = got
+                    if ended:
+                        self._learn_ended(ended, states, tokens, lengths, sampled_token_ids)
                     if corpus_rows:
                         self._corpus_rows(corpus_rows, tokens, lengths, drafts, candidates)
                     same_rows = all_decoding and self._all_decoding
@@ -269,6 +286,25 @@ class Drafter:
             self.rows, self.keys, self.pool = {}, {}, OrderedDict()
             self._array = self._in_order = None
             return [[] for _ in sampled_token_ids]
+
+    def _learn_ended(self, rows: List[int], states: Any, tokens: np.ndarray, lengths: Any,
+                     sampled: Sequence[Sequence[int]]) -> None:
+        """Rows that sampled an end-of-sequence id this step (their
+        requests end now, and vLLM says nothing more of them) offer the
+        corpus their outputs at once, read from their rows, up to that id
+        (the ids after it are vLLM's to drop; a request that ignores EOS
+        goes on, and its next piece starts after them)."""
+        learned = False
+        for i in rows:
+            state, n = states[i], int(lengths[i])
+            start = n - len(sampled[i])
+            new = tokens[i, start:n].tolist()
+            end = start + 1 + next(j for j, t in enumerate(new) if t in self._stop_set)
+            if end > state.learned:
+                learned = self.corpus.offer(tokens[i, state.learned:end].tolist()) or learned
+            state.learned = max(state.learned, n)
+        if learned:
+            self._save_soon()
 
     def _corpus_rows(self, rows: List[int], tokens: np.ndarray, lengths: np.ndarray, drafts: List[Any],
                      candidates: List[Optional[Candidate]]) -> None:
@@ -313,12 +349,16 @@ class Drafter:
                     _Request(n, n - len(sampled), self.options)
             if state.proposed:  # how the last draft fared
                 self._fared(state, len(sampled) - 1)
-            if n < state.n:  # tokens vLLM discarded
+            if n < state.n:  # tokens vLLM discarded, or a request that shares the first n (the same prompt)
+                if self._learning:  # (what the state held beyond is an output all the same)
+                    self._learn([state])
                 state.truncate(n)
             if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
                 self._key(state, tokens, i, n)
             decoding += 1
             draft, candidate = self._follow(state, tokens, at, n)
+            if self._stop and not self._stop_set.isdisjoint(tokens[i, n - len(sampled):n].tolist()):
+                self._learn_ended([i], {i: state}, tokens, lengths, sampled_token_ids)
             states.append(state)
             drafts.append(draft)
             candidates.append(candidate)
@@ -479,15 +519,14 @@ class Drafter:
         """Requests in no row now go to the pool (a preempted one comes
         back), their outputs to the corpus; the pool keeps the newest."""
         kept = {id(s) for s in claimed.values()}
-        learned = False
+        gone = []
         for state in self.rows.values():
             if id(state) not in kept and id(state) not in self.pool:
                 self.pool[id(state)] = state
-                if self.corpus is not None and self.options.learn:
-                    learned = self.corpus.offer(state.output()) or learned
+                gone.append(state)
         self.rows = claimed
-        if learned and (self._saved_at is None or time.monotonic() - self._saved_at >= self.options.save_every):
-            self._save()
+        if gone and self._learning:
+            self._learn(gone)
         while len(self.pool) > self.pool_size:
             _, state = self.pool.popitem(last=False)
             self._unkey(state)
@@ -497,21 +536,63 @@ class Drafter:
         """Requests held: in a row, or in the pool."""
         return len({id(s) for bucket in self.keys.values() for s in bucket})
 
+    def _learn(self, states: Sequence[_Request]) -> None:
+        """The requests offer the corpus the outputs they hold that it has
+        not been offered (in the order given)."""
+        learned = False
+        for state in states:
+            if state.n > state.learned:
+                learned = self.corpus.offer(state.unlearned()) or learned
+                state.learned = state.n
+        if learned:
+            self._save_soon()
+
+    def _save_soon(self) -> None:
+        """The corpus learned: it is saved (where ``save_corpus`` says) now
+        if ``save_every`` seconds have passed since the last save, else by a
+        timer when they have, whether or not another step comes (vLLM may
+        stop the drafter's process without notice: ``vllm serve`` kills its
+        workers)."""
+        if self.options.save_corpus is None:
+            return
+        with self._timer_lock:
+            if self._timer is not None:  # a save is due: it will hold this
+                return
+            wait = 0.0 if self._saved_at is None else self._saved_at + self.options.save_every - time.monotonic()
+            if wait > 0:
+                self._timer = threading.Timer(wait, _save_when_due, (weakref.ref(self),))
+                self._timer.daemon = True  # (a process that exits saves in close, if at all)
+                self._timer.start()
+                return
+        self._save()
+
     def close(self) -> None:
-        """Save the corpus where ``save_corpus`` says (once; also at exit)."""
+        """The requests still in rows offer the corpus their outputs, and
+        the corpus is saved where ``save_corpus`` says (once; also at exit,
+        if the process exits normally)."""
         if self._closed:
             return
         self._closed = True
+        if self._learning:
+            self._learn(list(self.rows.values()))
+        with self._timer_lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         self._save()
 
     def _save(self) -> None:
-        """Write the corpus to ``save_corpus`` (if asked); a failure warns."""
+        """Write the corpus to ``save_corpus`` (if asked; one write at a
+        time, the newest last); a failure warns."""
         if self.corpus is not None and self.options.save_corpus is not None:
-            self._saved_at = time.monotonic()  # (a time only decides when to write, never a draft)
-            try:
-                self.corpus.save(self.options.save_corpus)
-            except OSError as error:  # the served outputs stand
-                logger.warning("pld: could not save the corpus to %r (%s)", self.options.save_corpus, error)
+            with self._timer_lock:
+                self._timer = None  # (this write holds what a due one would)
+                self._saved_at = time.monotonic()  # (a time only decides when to write, never a draft)
+            with self._write_lock:  # (a step that learns meanwhile sets a timer: it never waits here)
+                try:
+                    self.corpus.save(self.options.save_corpus)
+                except OSError as error:  # the served outputs stand
+                    logger.warning("pld: could not save the corpus to %r (%s)", self.options.save_corpus, error)
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM's hook for drafters with weights: pld has none."""
@@ -527,6 +608,35 @@ def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
     drafter = ref()
     if drafter is not None:
         drafter.close()
+
+
+def _save_when_due(ref: "weakref.ref[Drafter]") -> None:
+    """The save timer's work (in its own thread)."""
+    drafter = ref()
+    if drafter is not None:
+        drafter._save()
+
+
+def _stop_ids(model: Any) -> Tuple[int, ...]:
+    """The ids that end a request of this model, as far as its configs
+    say (its end-of-sequence ids, and its generation config's; at most
+    16): a step that samples one learns the request's output then.
+    Anything unreadable gives none (the output is learned at a later
+    step)."""
+    found: List[Any] = []
+    for config in (getattr(model, "hf_text_config", None), getattr(model, "hf_config", None)):
+        found.append(getattr(config, "eos_token_id", None))
+    try:
+        found.append(model.try_get_generation_config().get("eos_token_id"))
+    except Exception:  # noqa: BLE001 - an optional refinement
+        pass
+    ids: List[int] = []
+    vocab = int(model.get_vocab_size())
+    for value in found:
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if type(v) is int and 0 <= v < vocab and v not in ids:
+                ids.append(v)
+    return tuple(ids[:16])
 
 
 def best_chain(tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int],

@@ -245,9 +245,10 @@ def test_draft_step_no_leak():
     def fn():
         state.index.truncate(39)
         state.proposed, state.candidate = 2, candidate
-        drafts, candidates, _, _, _ = _core.draft_rows([state], rows, 50, lengths, sampled, 4, 100, outcomes, True)
+        drafts, candidates, _, _, _, _ = _core.draft_rows([state], rows, 50, lengths, sampled, 4, 100, outcomes,
+                                                          True, ())
         _core.send_drafts([state], drafts, candidates, [(2, 1.5)])
-        raising(lambda: _core.draft_rows(bad_states, rows, 50, lengths, sampled, 4, 100, outcomes, True))()
+        raising(lambda: _core.draft_rows(bad_states, rows, 50, lengths, sampled, 4, 100, outcomes, True, ()))()
         raising(lambda: _core.send_drafts([state], drafts, candidates, [(9, 1.0)]))()
         outcomes.clear()
 

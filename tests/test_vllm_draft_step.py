@@ -124,19 +124,32 @@ def test_draft_rows_follows_each_row_and_reports_how_the_last_draft_fared():
     a, b = _state(seq[:25]), _state([9] * 20)
     a.proposed, a.predicted, a.candidate, a.support = 4, 1.5, (ROW, 2, 1, 4), 1
     outcomes = []
-    drafts, candidates, corpus_rows, decoding, all_sampled = _core.draft_rows(
-        [a, b], tokens, 40, np.array([30, 20]), [[0, 1, 2, 3, 4], []], 6, 100, outcomes, True)
+    drafts, candidates, corpus_rows, decoding, all_sampled, ended = _core.draft_rows(
+        [a, b], tokens, 40, np.array([30, 20]), [[0, 1, 2, 3, 4], []], 6, 100, outcomes, True, ())
     assert drafts == [[0, 1, 2, 3, 4, 0], None] and candidates == [(ROW, 3, 2, 6), None]
     assert corpus_rows == [] and decoding == 1 and all_sampled is False
     assert outcomes == [((ROW, 2, 1), 4, 4, 1.5)] and a.proposed == 0 and a.support == 2 and a.n == 30
     assert b.n == 20  # (not decoding: untouched)
-    drafts, candidates, corpus_rows, _, _ = _core.draft_rows(
-        [b], tokens[1:], 40, np.array([21]), [[9]], 6, 22, None, True)
+    assert ended == []
+    drafts, candidates, corpus_rows, _, _, _ = _core.draft_rows(
+        [b], tokens[1:], 40, np.array([21]), [[9]], 6, 22, None, True, ())
     assert drafts == [[9]] and candidates == [(ROW, 3, 1, 1)]  # room for 1 before max_len
     c = _state(list(range(20)))
     out = _core.draft_rows([c], np.arange(40, dtype=np.int64).reshape(1, 40), 40, np.array([21]), [[20]], 6, 100,
-                           None, True)
+                           None, True, ())
     assert out[0] == [[]] and out[1] == [None] and out[2] == [0]  # no match: the corpus may have one
+
+
+@pytest.mark.parametrize("stop, ended", [((), []), ((7,), []), ((4,), [0]), ((9, 1), [0, 1]), ((0,), [1])])
+def test_draft_rows_reports_the_rows_whose_sampled_ids_hold_a_stop_id(stop, ended):
+    """Only a decoding row's ids sampled this step count (its last
+    len(sampled) ids): not its prompt's, not a prefilling row's."""
+    seq = [0, 4, 7] + [5, 6] * 10
+    tokens = np.array([seq + [1, 3, 4] + [0] * 5, [8] * 20 + [9, 0] + [0] * 9, [7] * 31], dtype=np.int32)
+    states = [_state(seq), _state([8] * 20), _state([7] * 20)]
+    out = _core.draft_rows(states, tokens, 31, np.array([26, 22, 20]), [[1, 3, 4], [9, 0], []], 4, 100, None,
+                           False, stop)
+    assert out[5] == ended
 
 
 def test_draft_rows_changes_nothing_but_cursors_when_a_row_needs_python():
@@ -144,35 +157,40 @@ def test_draft_rows_changes_nothing_but_cursors_when_a_row_needs_python():
     tokens = np.array([seq, seq], dtype=np.int32)
     a, b = _state(seq[:35]), _state(seq[:35])
     a.proposed, a.candidate = 2, (ROW, 1, 1, 2)
-    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 30]), [[35], [29]], 4, 100, [], False) == []
+    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 30]), [[35], [29]], 4, 100, [], False, ()) == []
     assert (a.n, a.proposed, b.n) == (35, 2, 35)  # b lost tokens: truncation is Python's
     tokens[1, 2] = 77
-    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 36]), [[35], [35]], 4, 100, [], False) == [1]
-    assert _core.draft_rows([a], tokens, 40, np.array([41]), [[35]], 4, 100, [], False) == [0]  # past the row
+    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 36]), [[35], [35]], 4, 100, [], False, ()) == [1]
+    assert _core.draft_rows([a], tokens, 40, np.array([41]), [[35]], 4, 100, [], False, ()) == [0]  # past the row
     short = _state(seq[:HEAD - 1])
-    assert _core.draft_rows([short], tokens, 40, np.array([HEAD]), [[HEAD - 1]], 4, 100, [], False) == []
-    assert _core.draft_rows([a], tokens, 40, np.array([36]), [(35,)], 4, 100, [], False) == []  # not a list
+    assert _core.draft_rows([short], tokens, 40, np.array([HEAD]), [[HEAD - 1]], 4, 100, [], False, ()) == []
+    assert _core.draft_rows([a], tokens, 40, np.array([36]), [(35,)], 4, 100, [], False, ()) == []  # not a list
     assert a.n == 35 and short.n == HEAD - 1
 
 
 @pytest.mark.parametrize("args, error", [
-    (([], np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False), TypeError),  # lengths differ
-    (((), np.zeros((1, 4), np.int32), 4, np.array([]), [], 4, 10, None, False), TypeError),  # not a list
-    (([object()], np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False), TypeError),
+    (([], np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False, ()), TypeError),  # lengths differ
+    (((), np.zeros((1, 4), np.int32), 4, np.array([]), [], 4, 10, None, False, ()), TypeError),  # not a list
+    (([object()], np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False, ()), TypeError),
     (([_core.DraftState.__new__(_core.DraftState)], np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10,
-      None, False), ValueError),  # not initialised
-    (("S", np.zeros((1, 4), np.int32), 0, np.array([1]), [[1]], 4, 10, None, False), ValueError),  # width 0
-    (("S", np.zeros((1, 4), np.int32), 5, np.array([1]), [[1]], 4, 10, None, False), ValueError),  # rows short
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([], np.int32), [[1]], 4, 10, None, False), ValueError),
-    (("S", np.zeros((1, 4), np.int32), 4, np.zeros((1, 1), np.int32), [[1]], 4, 10, None, False), ValueError),
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([1.0]), [[1]], 4, 10, None, False), TypeError),
-    (("S", np.zeros((1, 4), np.float32), 4, np.array([1]), [[1]], 4, 10, None, False), TypeError),
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 0, 10, None, False), ValueError),  # k 0
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 1 << 40, 10, None, False), ValueError),
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 0, None, False), ValueError),
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, (), False), TypeError),  # outcomes
-    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, 1), TypeError),
-    (("S", np.zeros((1, 4), np.int32), 4.0, np.array([1]), [[1]], 4, 10, None, False), TypeError),
+      None, False, ()), ValueError),  # not initialised
+    (("S", np.zeros((1, 4), np.int32), 0, np.array([1]), [[1]], 4, 10, None, False, ()), ValueError),  # width 0
+    (("S", np.zeros((1, 4), np.int32), 5, np.array([1]), [[1]], 4, 10, None, False, ()), ValueError),  # rows short
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([], np.int32), [[1]], 4, 10, None, False, ()), ValueError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.zeros((1, 1), np.int32), [[1]], 4, 10, None, False, ()), ValueError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1.0]), [[1]], 4, 10, None, False, ()), TypeError),
+    (("S", np.zeros((1, 4), np.float32), 4, np.array([1]), [[1]], 4, 10, None, False, ()), TypeError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 0, 10, None, False, ()), ValueError),  # k 0
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 1 << 40, 10, None, False, ()), ValueError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 0, None, False, ()), ValueError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, (), False, ()), TypeError),  # outcomes
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, 1, ()), TypeError),
+    (("S", np.zeros((1, 4), np.int32), 4.0, np.array([1]), [[1]], 4, 10, None, False, ()), TypeError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False, [2]), TypeError),  # stop_ids
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False, (2,) * 17), TypeError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False, (2.0,)), TypeError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False, (1 << 70,)), ValueError),
+    (("S", np.zeros((1, 4), np.int32), 4, np.array([1]), [[1]], 4, 10, None, False), TypeError),  # 9 arguments
     (("S",), TypeError),
 ])
 def test_draft_rows_refuses_bad_arguments(args, error):
@@ -188,7 +206,7 @@ def test_a_pending_draft_without_a_candidate_is_an_error_not_a_crash():
     state = _state(seq)
     state.proposed = 3  # (Python sets the candidate with it; here it did not)
     with pytest.raises(ValueError, match="candidate"):
-        _core.draft_rows([state], np.array([seq + [1]], np.int32), 21, np.array([21]), [[20]], 4, 100, [], False)
+        _core.draft_rows([state], np.array([seq + [1]], np.int32), 21, np.array([21]), [[20]], 4, 100, [], False, ())
 
 
 def test_send_drafts_cuts_to_the_chosen_lengths_and_leaves_the_states_waiting():
@@ -267,10 +285,10 @@ def test_the_c_step_leaves_the_garbage_collector_as_it_found_it(enabled):
     was = gc.isenabled()
     try:
         gc.enable() if enabled else gc.disable()
-        out = _core.draft_rows([state], rows, 24, np.array([20]), [[19]], 4, 100, None, False)
+        out = _core.draft_rows([state], rows, 24, np.array([20]), [[19]], 4, 100, None, False, ())
         assert type(out) is tuple and gc.isenabled() is enabled
         with pytest.raises(TypeError):
-            _core.draft_rows([object()], rows, 24, np.array([20]), [[19]], 4, 100, None, False)
+            _core.draft_rows([object()], rows, 24, np.array([20]), [[19]], 4, 100, None, False, ())
         assert gc.isenabled() is enabled
         _core.send_drafts([state], [[1, 2]], [(ROW, 1, 1, 2)], [(1, 0.5)])
         with pytest.raises(ValueError):
@@ -294,8 +312,8 @@ def test_python_code_run_by_an_argument_s_conversion_cannot_pull_the_lists_from_
             return 4
 
     out = _core.draft_rows(states, np.array([seq + [0] * 4], np.int32), 24, np.array([20]), sampled, Sneaky(),
-                           100, None, False)
-    assert out == ([], [], [], 0, True) and state.n == 20
+                           100, None, False, ())
+    assert out == ([], [], [], 0, True, []) and state.n == 20
 
     class Growing:
         def __index__(self):
@@ -305,4 +323,4 @@ def test_python_code_run_by_an_argument_s_conversion_cannot_pull_the_lists_from_
     states[:], sampled[:] = [state], [[19]]
     with pytest.raises(TypeError, match="one length"):
         _core.draft_rows(states, np.array([seq + [0] * 4], np.int32), 24, np.array([20]), sampled, Growing(),
-                         100, None, False)
+                         100, None, False, ())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import time
 import types
 
 import numpy as np
@@ -378,6 +379,106 @@ def test_the_corpus_is_saved_at_close_and_loaded_at_start(tmp_path):
     loaded = Drafter(config(k=4, corpus=path))
     assert loaded.corpus.sequences() == [[11]]
     assert loaded.options.learn
+
+
+def _run(drafter, tokens, steps, row=0):
+    """Row ``row`` (a one-row batch) takes each step's sampled ids in turn."""
+    n = int(np.count_nonzero(tokens[row] != 0))
+    for sampled in steps:
+        tokens[row, n:n + len(sampled)] = sampled
+        n += len(sampled)
+        drafter.propose([sampled], np.array([n]), tokens)
+    return n
+
+
+def test_a_request_that_samples_its_end_of_sequence_id_is_learned_at_that_step():
+    """vLLM says nothing when a request ends; the step whose sampled ids
+    hold the model's EOS (2 here) learns its output at once (not at a later
+    request's step, which may never come), and the step that finds the row
+    gone offers nothing twice. In the C step (rows as last seen) and in
+    Python's (a new row beside it)."""
+    drafter = Drafter(config(k=4, adaptive=False, learn=True))
+    assert drafter._stop == (2,)
+    tokens = np.zeros((2, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11], [12, 13]])
+    assert drafter.corpus.sequences() == []
+    _run(drafter, tokens, [[14, 2]])  # (the C step: the row is the request last seen)
+    assert drafter.corpus.sequences() == [[11, 12, 13, 14, 2]]
+    drafter.propose([], np.array([], dtype=np.int32), tokens)  # gone
+    assert drafter.corpus.sequences() == [[11, 12, 13, 14, 2]]
+    tokens[:] = 0
+    tokens[0, :4] = [30, 31, 15, 16]
+    drafter.propose([[16]], np.array([4]), tokens)
+    tokens[0, 4:6] = [17, 2]
+    tokens[1, :3] = [40, 41, 42]  # a new request: this step runs in Python
+    drafter.propose([[17, 2], [42]], np.array([6, 3]), tokens)
+    assert drafter.corpus.sequences()[-1] == [16, 17, 2]
+    drafter.propose([[42]], np.array([3]), tokens[1:])  # row 0 gone, row 1 moved up
+    assert len(drafter.corpus.sequences()) == 2
+
+
+def test_a_request_going_on_after_its_end_of_sequence_id_is_learned_in_pieces():
+    """(vLLM's ignore_eos): each piece once, up to its EOS (the ids a step
+    sampled after it are not learned: vLLM drops them unless it ignores
+    EOS), the last when the row is gone."""
+    drafter = Drafter(config(k=4, adaptive=False, learn=True))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11], [2], [12, 13], [2, 14], [15]])
+    assert drafter.corpus.sequences() == [[11, 2], [12, 13, 2]]
+    drafter.propose([], np.array([], dtype=np.int32), tokens)
+    assert drafter.corpus.sequences() == [[11, 2], [12, 13, 2], [15]]
+
+
+def test_a_request_repeating_the_prompt_in_its_row_learns_the_output_it_replaces():
+    """A request that stopped without an EOS (max_tokens), and the same
+    prompt again in its row: the row seems to be the first request, cut
+    back; its output is learned before the cut, and the new request's
+    output after it."""
+    drafter = Drafter(config(k=4, adaptive=False, learn=True))
+    prompt = [20, 21, 22, 23]
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :4] = prompt
+    _run(drafter, tokens, [[11], [12], [13]])
+    first = drafter.rows[0]
+    tokens[0, :] = 0
+    tokens[0, :4] = prompt
+    _run(drafter, tokens, [[11]])  # greedy: the same first token
+    assert drafter.rows[0] is first and first.n == 5  # (taken over, cut back)
+    assert drafter.corpus.sequences() == [[11, 12, 13]]
+    _run(drafter, tokens, [[14, 2]])
+    assert drafter.corpus.sequences() == [[11, 12, 13], [14, 2]]
+
+
+def test_the_corpus_is_saved_within_save_every_of_learning_with_no_step_after(tmp_path):
+    """vLLM may kill the drafter's process with no notice (vllm serve kills
+    its workers): what it learned is written within ``save_every`` seconds
+    by a timer, whether or not another step comes."""
+    path = str(tmp_path / "c.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=path, save_every=0.2))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11, 2]])
+    assert Corpus.load(path).sequences() == [[11, 2]]  # the first save: at once
+    _run(drafter, tokens, [[12, 2]])  # learned within save_every of it: saved later
+    deadline = time.monotonic() + 30
+    while Corpus.load(path).sequences() != [[11, 2], [12, 2]]:
+        assert time.monotonic() < deadline, "the corpus was not saved after save_every"
+        time.sleep(0.05)
+    assert drafter._timer is None
+
+
+def test_closing_learns_the_requests_still_in_rows(tmp_path):
+    """A request cut by max_tokens, the last to run: at close (an engine
+    that exits normally) its output is learned, then saved."""
+    path = str(tmp_path / "c.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=path, save_every=3600))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11], [12, 13]])
+    drafter.close()
+    assert Corpus.load(path).sequences() == [[11, 12, 13]]
 
 
 def test_best_chain_follows_the_most_supported_child():
