@@ -76,6 +76,9 @@ logger = logging.getLogger("pld")
 HEAD, TAIL, WINDOW = _core.DRAFT_CHECK
 OPTIONS = {"prompt_lookup_min", "prompt_lookup_max", "adaptive", "verify_cost", "corpus", "learn",
            "save_corpus", "save_every", "corpus_max_tokens"}
+#: The longest a save timer waits (seconds: a year; a longer save_every is
+#: as good as never, and a thread cannot wait for much longer).
+SAVE_WAIT_MAX = 365 * 86400.0
 #: verify_cost where vLLM runs several ranks and it is not given: a fixed
 #: cost, so that every rank drafts the same tokens without reading a clock.
 MULTI_RANK_VERIFY_COST = 0.05
@@ -560,7 +563,7 @@ class Drafter:
                 return
             wait = 0.0 if self._saved_at is None else self._saved_at + self.options.save_every - time.monotonic()
             if wait > 0:
-                self._timer = threading.Timer(wait, _save_when_due, (weakref.ref(self),))
+                self._timer = threading.Timer(min(wait, SAVE_WAIT_MAX), _save_when_due, (weakref.ref(self),))
                 self._timer.daemon = True  # (a process that exits saves in close, if at all)
                 self._timer.start()
                 return

@@ -469,6 +469,19 @@ def test_the_corpus_is_saved_within_save_every_of_learning_with_no_step_after(tm
     assert drafter._timer is None
 
 
+def test_a_save_every_beyond_what_a_thread_can_wait_is_a_wait_without_end(tmp_path):
+    """(threading.Timer raises in its own thread past threading.TIMEOUT_MAX, about 292 years.)"""
+    path = str(tmp_path / "c.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=path, save_every=1e300))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11, 2], [12, 2]])
+    time.sleep(0.2)
+    assert drafter._timer is not None and drafter._timer.is_alive()
+    drafter.close()
+    assert drafter._timer is None and Corpus.load(path).sequences() == [[11, 2], [12, 2]]
+
+
 def test_closing_learns_the_requests_still_in_rows(tmp_path):
     """A request cut by max_tokens, the last to run: at close (an engine
     that exits normally) its output is learned, then saved."""
