@@ -300,7 +300,7 @@ class Drafter:
         learned = False
         for i in rows:
             state, n = states[i], int(lengths[i])
-            start = n - len(sampled[i])
+            start = max(0, n - len(sampled[i]))
             new = tokens[i, start:n].tolist()
             end = start + 1 + next(j for j, t in enumerate(new) if t in self._stop_set)
             if end > state.learned:
@@ -360,7 +360,7 @@ class Drafter:
                 self._key(state, tokens, i, n)
             decoding += 1
             draft, candidate = self._follow(state, tokens, at, n)
-            if self._stop and not self._stop_set.isdisjoint(tokens[i, n - len(sampled):n].tolist()):
+            if self._stop and not self._stop_set.isdisjoint(tokens[i, max(0, n - len(sampled)):n].tolist()):
                 self._learn_ended([i], {i: state}, tokens, lengths, sampled_token_ids)
             states.append(state)
             drafts.append(draft)
