@@ -30,7 +30,9 @@ that does not grow with the context. Options come from
                   or when the drafter closes
     save_corpus   a path the corpus is written to (atomically) within
                   ``save_every`` seconds (default 5) of its learning, by a
-                  timer if no step comes, and when the drafter closes
+                  timer if no step comes, and when the drafter closes; by
+                  tensor-parallel rank 0 alone, and by data-parallel
+                  engine i > 0 to ``save_corpus + ".dp<i>"``
     corpus_max_tokens   size of a new corpus (default 1 << 22)
 
 Rows carry no request ids and vLLM moves them between steps (finished
@@ -238,6 +240,8 @@ class Drafter:
         #: the ids that end a request (its model's end-of-sequence ids), whose step learns its output
         self._stop = _stop_ids(model) if self._learning else ()
         self._stop_set = frozenset(self._stop)
+        self._save_path = _save_path(self.options.save_corpus, parallel) if self.corpus is not None else None
+        self._unsaved = False  # learned since the last save
         self._closed = False
         self._saved_at: Optional[float] = None
         self._timer: Optional[threading.Timer] = None  # a save due, when one is
@@ -307,6 +311,7 @@ class Drafter:
                 learned = self.corpus.offer(tokens[i, state.learned:end].tolist()) or learned
             state.learned = max(state.learned, n)
         if learned:
+            self._unsaved = True
             self._save_soon()
 
     def _corpus_rows(self, rows: List[int], tokens: np.ndarray, lengths: np.ndarray, drafts: List[Any],
@@ -548,15 +553,16 @@ class Drafter:
                 learned = self.corpus.offer(state.unlearned()) or learned
                 state.learned = state.n
         if learned:
+            self._unsaved = True
             self._save_soon()
 
     def _save_soon(self) -> None:
-        """The corpus learned: it is saved (where ``save_corpus`` says) now
-        if ``save_every`` seconds have passed since the last save, else by a
-        timer when they have, whether or not another step comes (vLLM may
-        stop the drafter's process without notice: ``vllm serve`` kills its
-        workers)."""
-        if self.options.save_corpus is None:
+        """The corpus learned: it is saved (where this rank saves it, if
+        anywhere) now if ``save_every`` seconds have passed since the last
+        save, else by a timer when they have, whether or not another step
+        comes (vLLM may stop the drafter's process without notice: ``vllm
+        serve`` kills its workers)."""
+        if self._save_path is None:
             return
         with self._timer_lock:
             if self._timer is not None:  # a save is due: it will hold this
@@ -571,8 +577,8 @@ class Drafter:
 
     def close(self) -> None:
         """The requests still in rows offer the corpus their outputs, and
-        the corpus is saved where ``save_corpus`` says (once; also at exit,
-        if the process exits normally)."""
+        the corpus is saved if it learned since the last save (once; also at
+        exit, if the process exits normally)."""
         if self._closed:
             return
         self._closed = True
@@ -582,20 +588,23 @@ class Drafter:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-        self._save()
+        if self._unsaved:
+            self._save()
 
     def _save(self) -> None:
-        """Write the corpus to ``save_corpus`` (if asked; one write at a
-        time, the newest last); a failure warns."""
-        if self.corpus is not None and self.options.save_corpus is not None:
+        """Write the corpus where this rank saves it (if anywhere; one
+        write at a time, the newest last); a failure warns."""
+        if self._save_path is not None:
             with self._timer_lock:
                 self._timer = None  # (this write holds what a due one would)
                 self._saved_at = time.monotonic()  # (a time only decides when to write, never a draft)
+                self._unsaved = False
             with self._write_lock:  # (a step that learns meanwhile sets a timer: it never waits here)
                 try:
-                    self.corpus.save(self.options.save_corpus)
+                    self.corpus.save(self._save_path)
                 except OSError as error:  # the served outputs stand
-                    logger.warning("pld: could not save the corpus to %r (%s)", self.options.save_corpus, error)
+                    self._unsaved = True
+                    logger.warning("pld: could not save the corpus to %r (%s)", self._save_path, error)
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM's hook for drafters with weights: pld has none."""
@@ -611,6 +620,20 @@ def _close_at_exit(ref: "weakref.ref[Drafter]") -> None:
     drafter = ref()
     if drafter is not None:
         drafter.close()
+
+
+def _save_path(path: Optional[str], parallel: Any) -> Optional[str]:
+    """Where this rank writes the corpus: ``path`` on tensor-parallel rank
+    0 of data-parallel engine 0, ``path + ".dp<i>"`` on rank 0 of engine i
+    (each engine serves, and learns, its own requests), nowhere on the
+    other tensor-parallel ranks (they learn the same) or without a path."""
+    if path is None:
+        return None
+    tensor = int(getattr(parallel, "tensor_parallel_size", 1) or 1)
+    if int(getattr(parallel, "rank", 0) or 0) % tensor:
+        return None
+    engine = int(getattr(parallel, "data_parallel_index", 0) or 0)
+    return path if engine == 0 else f"{path}.dp{engine}"
 
 
 def _save_when_due(ref: "weakref.ref[Drafter]") -> None:

@@ -482,6 +482,38 @@ def test_a_save_every_beyond_what_a_thread_can_wait_is_a_wait_without_end(tmp_pa
     assert drafter._timer is None and Corpus.load(path).sequences() == [[11, 2], [12, 2]]
 
 
+@pytest.mark.parametrize("tensor, rank, engine, writes", [
+    (1, 0, 0, "c.pldc"), (2, 0, 0, "c.pldc"), (2, 1, 0, None), (2, 2, 0, "c.pldc"), (4, 5, 0, None),
+    (1, 0, 1, "c.pldc.dp1"), (2, 2, 3, "c.pldc.dp3"), (2, 3, 3, None)])
+def test_one_rank_of_each_data_parallel_engine_writes_its_corpus(tmp_path, tensor, rank, engine, writes):
+    """Tensor-parallel ranks learn the same, so rank 0 of each stage
+    alone writes (a stage that never drafts learns nothing, and writes
+    nothing); data-parallel engines learn their own requests, so engine i
+    writes its own file."""
+    cfg = config(k=4, adaptive=False, save_corpus=str(tmp_path / "c.pldc"), tensor_parallel_size=tensor)
+    cfg.parallel_config.rank, cfg.parallel_config.data_parallel_index = rank, engine
+    drafter = Drafter(cfg)
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11, 2]])
+    drafter.close()
+    assert sorted(os.listdir(tmp_path)) == ([writes] if writes else [])
+    assert drafter.corpus.sequences() == [[11, 2]]  # (every rank learns: its drafts are the same)
+
+
+def test_a_drafter_that_learned_nothing_writes_nothing(tmp_path):
+    """(Not even at close: the file it would overwrite may be another
+    engine's, or the one it loaded; a pipeline stage that never drafts
+    sees no step.)"""
+    path = tmp_path / "c.pldc"
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=str(path)))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :3] = [20, 10, 11]
+    drafter.propose([[]], np.array([3]), tokens)  # (a prefill: nothing sampled, nothing held)
+    drafter.close()
+    assert not path.exists()
+
+
 def test_closing_learns_the_requests_still_in_rows(tmp_path):
     """A request cut by max_tokens, the last to run: at close (an engine
     that exits normally) its output is learned, then saved."""
