@@ -279,10 +279,10 @@ class Drafter:
                                        self._stop)
                 if type(got) is tuple:
                     drafts, candidates, corpus_rows, decoding, all_decoding, ended = got
-                    if ended:
-                        self._learn_ended(ended, states, tokens, lengths, sampled_token_ids)
                     if corpus_rows:
                         self._corpus_rows(corpus_rows, tokens, lengths, drafts, candidates)
+                    if ended:  # (after every draft of the step, as in _step)
+                        self._learn_ended(ended, states, tokens, lengths, sampled_token_ids)
                     same_rows = all_decoding and self._all_decoding
                     self._all_decoding = all_decoding
                     return self._drafts(states, drafts, candidates, decoding, same_rows)
@@ -339,6 +339,7 @@ class Drafter:
         states: List[Optional[_Request]] = []
         drafts: List[Any] = []
         candidates: List[Optional[Candidate]] = []
+        ended: List[int] = []  # the rows that sampled an end-of-sequence id
         decoding = 0
         max_len = self.options.max_model_len
         for i, sampled in enumerate(sampled_token_ids):
@@ -366,10 +367,12 @@ class Drafter:
             decoding += 1
             draft, candidate = self._follow(state, tokens, at, n)
             if self._stop and not self._stop_set.isdisjoint(tokens[i, max(0, n - len(sampled)):n].tolist()):
-                self._learn_ended([i], {i: state}, tokens, lengths, sampled_token_ids)
+                ended.append(i)
             states.append(state)
             drafts.append(draft)
             candidates.append(candidate)
+        if ended:  # (after every draft of the step: the C step's order)
+            self._learn_ended(ended, states, tokens, lengths, sampled_token_ids)
         out = self._drafts(states, drafts, candidates, decoding, same_rows)
         if claimed is not self.rows:  # (new rows only join it)
             self._release(claimed)
