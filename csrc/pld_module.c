@@ -2170,7 +2170,7 @@ static PyObject *row_candidate(const DraftStateObject *self, const NgramIndexObj
 typedef struct {
     int64_t ids[DRAFT_STOP_MAX];
     Py_ssize_t count;
-    PyObject *ended; /* a list */
+    PyObject *ended; /* a list, made when a row first ends (NULL: none has) */
 } stop_ids;
 
 /* Reads stop, an exact tuple of at most DRAFT_STOP_MAX exact ints (so no
@@ -2228,14 +2228,23 @@ static int append_row(PyObject *rows, Py_ssize_t i)
     return appended;
 }
 
+/* Row i ended: added to stop->ended (made now, if it is the first). 0, or
+ * -1 with an exception set. */
+static int stop_ids_ended(stop_ids *stop, Py_ssize_t i)
+{
+    if (stop->ended == NULL && (stop->ended = PyList_New(0)) == NULL)
+        return -1;
+    return append_row(stop->ended, i);
+}
+
 /* Pass 2 of draft_rows (every row checked and fit for this path): each
  * decoding row learns how its last draft fared, takes its new ids and
  * proposes. Fills drafts and candidates (lists of count Nones),
  * corpus_rows, and stop->ended (the rows whose sampled ids hold a stop
- * id); returns the decoding rows, or -1 with an exception set. */
+ * id, made at the first); returns the decoding rows, or -1 with an exception set. */
 static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const id_run *run,
                                     Py_ssize_t width, size_t k, Py_ssize_t max_len,
-                                    PyObject *outcomes, int corpus_ready, const stop_ids *stop,
+                                    PyObject *outcomes, int corpus_ready, stop_ids *stop,
                                     PyObject *drafts, PyObject *candidates, PyObject *corpus_rows)
 {
     Py_ssize_t i, count = PyTuple_GET_SIZE(states), decoding = 0;
@@ -2266,7 +2275,7 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
                 sampled_a_stop(stop, pld_index_tokens(index->index), in[i].n - in[i].sampled, in[i].n);
         Py_DECREF(index);
         if (draft == NULL || (PyList_GET_SIZE(draft) > 0 && candidate == NULL) ||
-            (ended && append_row(stop->ended, i) < 0)) {
+            (ended && stop_ids_ended(stop, i) < 0)) {
             Py_XDECREF(draft);
             Py_XDECREF(candidate);
             return -1;
@@ -2413,8 +2422,7 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
     drafts = PyList_New(count);
     candidates = PyList_New(count);
     corpus_rows = PyList_New(0);
-    stop.ended = PyList_New(0);
-    if (drafts == NULL || candidates == NULL || corpus_rows == NULL || stop.ended == NULL)
+    if (drafts == NULL || candidates == NULL || corpus_rows == NULL)
         goto done;
     for (i = 0; i < count; i++) {
         Py_INCREF(Py_None);
@@ -2426,7 +2434,7 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
                                  corpus_ready, &stop, drafts, candidates, corpus_rows);
     if (decoding >= 0)
         result = Py_BuildValue("(OOOnOO)", drafts, candidates, corpus_rows, decoding,
-                               all_sampled ? Py_True : Py_False, stop.ended);
+                               all_sampled ? Py_True : Py_False, stop.ended ? stop.ended : Py_None);
 done:
     if (have_run)
         PyBuffer_Release(&run.view);

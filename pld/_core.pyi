@@ -75,7 +75,7 @@ def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: To
                sampled: List[List[int]], k: int, max_len: int, outcomes: Optional[list],
                corpus_ready: bool, stop_ids: Tuple[int, ...]
                ) -> Union[List[int], Tuple[List[List[int]], List[Optional[Candidate]], List[int], int, bool,
-                                           List[int]]]:
+                                           Optional[List[int]]]]:
     """One vLLM step of pld.vllm's drafter, row i of the batch being
     ``rows[i * width : i * width + lengths[i]]`` (``rows`` C-contiguous,
     ``lengths`` 1-D, both of integer ids) and ``states[i]`` its request
@@ -97,7 +97,8 @@ def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: To
     decoding row without a draft [] and None and, if ``corpus_ready``, its
     number in corpus_rows; ended lists the decoding rows whose last
     ``len(sampled[i])`` ids hold one of ``stop_ids`` (an exact tuple of at
-    most 16 ints: the ids that end a request). The drafts are not yet
+    most 16 ints: the ids that end a request), None if none do. The drafts
+    are not yet
     pending: the caller sets ``proposed``, ``predicted`` and ``candidate``
     of the states whose drafts it sends (``send_drafts``).
 

@@ -156,7 +156,7 @@ def test_draft_rows_follows_each_row_and_reports_how_the_last_draft_fared():
     assert corpus_rows == [] and decoding == 1 and all_sampled is False
     assert outcomes == [((ROW, 2, 1), 4, 4, 1.5)] and a.proposed == 0 and a.support == 2 and a.n == 30
     assert b.n == 20  # (not decoding: untouched)
-    assert ended == []
+    assert ended is None
     drafts, candidates, corpus_rows, _, _, _ = _core.draft_rows(
         [b], tokens[1:], 40, np.array([21]), [[9]], 6, 22, None, True, ())
     assert drafts == [[9]] and candidates == [(ROW, 3, 1, 1)]  # room for 1 before max_len
@@ -166,7 +166,7 @@ def test_draft_rows_follows_each_row_and_reports_how_the_last_draft_fared():
     assert out[0] == [[]] and out[1] == [None] and out[2] == [0]  # no match: the corpus may have one
 
 
-@pytest.mark.parametrize("stop, ended", [((), []), ((7,), []), ((4,), [0]), ((9, 1), [0, 1]), ((0,), [1])])
+@pytest.mark.parametrize("stop, ended", [((), None), ((7,), None), ((4,), [0]), ((9, 1), [0, 1]), ((0,), [1])])
 def test_draft_rows_reports_the_rows_whose_sampled_ids_hold_a_stop_id(stop, ended):
     """Only a decoding row's ids sampled this step count (its last
     len(sampled) ids): not its prompt's, not a prefilling row's."""
@@ -339,7 +339,7 @@ def test_python_code_run_by_an_argument_s_conversion_cannot_pull_the_lists_from_
 
     out = _core.draft_rows(states, np.array([seq + [0] * 4], np.int32), 24, np.array([20]), sampled, Sneaky(),
                            100, None, False, ())
-    assert out == ([], [], [], 0, True, []) and state.n == 20
+    assert out == ([], [], [], 0, True, None) and state.n == 20
 
     class Growing:
         def __index__(self):
