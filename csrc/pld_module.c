@@ -3357,6 +3357,7 @@ static int module_exec(PyObject *m)
                                                            DRAFT_WINDOW)) < 0 ||
         PyModule_AddObject(m, "DRAFT_BUCKETS", Py_BuildValue("(iii)", BUCKET_ROW, NGRAM_BUCKETS,
                                                              SUPPORT_BUCKETS)) < 0 ||
+        PyModule_AddIntConstant(m, "DRAFT_STOP_MAX", DRAFT_STOP_MAX) < 0 ||
         PyModule_AddObjectRef(m, "Corpus", (PyObject *)&CorpusType) < 0 ||
         PyModule_AddObject(m, "CORPUS_MAX_TOKENS", PyLong_FromSize_t(PLD_CORPUS_MAX_TOKENS)) < 0 ||
         PyModule_AddIntConstant(m, "CORPUS_MAX_SEGMENTS", PLD_CORPUS_MAX_SEGMENTS) < 0 ||

@@ -50,6 +50,7 @@ class NgramIndex:
     def last_ngram(self) -> int: ...
 
 DRAFT_CHECK: Tuple[int, int, int]  # pld.vllm's row check: (head, tail, window) tokens
+DRAFT_STOP_MAX: int  # the most stop_ids draft_rows takes
 DRAFT_BUCKETS: Tuple[int, int, int]  # (the row origin, n-gram buckets, support buckets)
 
 Candidate = Tuple[int, int, int, int]  # (origin, n-gram bucket, support bucket, length)
@@ -97,7 +98,7 @@ def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: To
     decoding row without a draft [] and None and, if ``corpus_ready``, its
     number in corpus_rows; ended lists the decoding rows whose last
     ``len(sampled[i])`` ids hold one of ``stop_ids`` (an exact tuple of at
-    most 16 ints: the ids that end a request), None if none do. The drafts
+    most DRAFT_STOP_MAX ints: the ids that end a request), None if none do. The drafts
     are not yet
     pending: the caller sets ``proposed``, ``predicted`` and ``candidate``
     of the states whose drafts it sends (``send_drafts``).

@@ -67,7 +67,7 @@ import numpy as np
 
 from . import _core
 from .acceptance_buckets import CORPUS, NGRAM_BUCKETS, ROW, SUPPORT_BUCKETS
-from .config import check_size
+from .config import check_size, eos_at, eos_ids
 from .draft_length import DraftLength
 from .vllm_budget import Candidate, StepBudget
 
@@ -305,13 +305,11 @@ class Drafter:
         for i in rows:
             state, n = states[i], int(lengths[i])
             start = max(0, n - len(sampled[i]))
-            new = tokens[i, start:n].tolist()
-            end = start + 1 + next(j for j, t in enumerate(new) if t in self._stop_set)
+            end = start + 1 + eos_at(tokens[i, start:n].tolist(), self._stop_set)
             if end > state.learned:
                 learned = self.corpus.offer(tokens[i, state.learned:end].tolist()) or learned
             state.learned = max(state.learned, n)
         if learned:
-            self._unsaved = True
             self._save_soon()
 
     def _corpus_rows(self, rows: List[int], tokens: np.ndarray, lengths: np.ndarray, drafts: List[Any],
@@ -556,7 +554,6 @@ class Drafter:
                 learned = self.corpus.offer(state.unlearned()) or learned
                 state.learned = state.n
         if learned:
-            self._unsaved = True
             self._save_soon()
 
     def _save_soon(self) -> None:
@@ -565,6 +562,7 @@ class Drafter:
         save, else by a timer when they have, whether or not another step
         comes (vLLM may stop the drafter's process without notice: ``vllm
         serve`` kills its workers)."""
+        self._unsaved = True
         if self._save_path is None:
             return
         with self._timer_lock:
@@ -649,9 +647,9 @@ def _save_when_due(ref: "weakref.ref[Drafter]") -> None:
 def _stop_ids(model: Any) -> Tuple[int, ...]:
     """The ids that end a request of this model, as far as its configs
     say (its end-of-sequence ids, and its generation config's; at most
-    16): a step that samples one learns the request's output then.
-    Anything unreadable gives none (the output is learned at a later
-    step)."""
+    _core.DRAFT_STOP_MAX): a step that samples one learns the request's
+    output then. Anything unreadable gives none (the output is learned at
+    a later step)."""
     found: List[Any] = []
     for config in (getattr(model, "hf_text_config", None), getattr(model, "hf_config", None)):
         found.append(getattr(config, "eos_token_id", None))
@@ -662,10 +660,14 @@ def _stop_ids(model: Any) -> Tuple[int, ...]:
     ids: List[int] = []
     vocab = int(model.get_vocab_size())
     for value in found:
-        for v in value if isinstance(value, (list, tuple)) else [value]:
-            if type(v) is int and 0 <= v < vocab and v not in ids:
+        try:
+            given = eos_ids(value)
+        except TypeError:  # (not ids: none from this config)
+            continue
+        for v in given:
+            if 0 <= v < vocab and v not in ids:
                 ids.append(v)
-    return tuple(ids[:16])
+    return tuple(ids[:_core.DRAFT_STOP_MAX])
 
 
 def best_chain(tokens: Sequence[int], parents: Sequence[int], depths: Sequence[int],

@@ -418,6 +418,22 @@ def test_a_request_that_samples_its_end_of_sequence_id_is_learned_at_that_step()
     assert len(drafter.corpus.sequences()) == 2
 
 
+def test_the_ids_that_end_a_request_come_from_the_model_s_configs():
+    """Its EOS ids (an int or a list), then its generation config's: each
+    once, within the vocabulary; a value that is no ids gives none."""
+    from pld.vllm import _stop_ids
+
+    model = types.SimpleNamespace(get_vocab_size=lambda: VOCAB, hf_text_config=None,
+                                  hf_config=types.SimpleNamespace(eos_token_id=[2, 5, 2, VOCAB + 1, -1]),
+                                  try_get_generation_config=lambda: {"eos_token_id": np.int64(7)})
+    assert _stop_ids(model) == (2, 5, 7)
+    model.hf_config.eos_token_id = "2"
+    model.try_get_generation_config = lambda: 1 / 0  # (unreadable)
+    assert _stop_ids(model) == ()
+    model.hf_config.eos_token_id = list(range(40))
+    assert _stop_ids(model) == tuple(range(_core.DRAFT_STOP_MAX))
+
+
 def test_a_request_going_on_after_its_end_of_sequence_id_is_learned_in_pieces():
     """(vLLM's ignore_eos): each piece once, up to its EOS (the ids a step
     sampled after it are not learned: vLLM drops them unless it ignores
