@@ -404,8 +404,14 @@ class Corpus:
         """Write the corpus to ``path`` (format: the module's docstring),
         atomically: a temporary file in the same folder, then os.replace.
         The file keeps the mode of the one it replaces; a new one gets the
-        umask's (0644 under the usual 022)."""
+        umask's (0644 under the usual 022). ValueError naming ``path`` if
+        something other than a regular file is there (a folder, a FIFO, a
+        device: os.replace would put the corpus in its place)."""
         path = os.fspath(path)
+        if ("\0" if isinstance(path, str) else b"\0") in path:
+            raise ValueError(f"path: a file path holds no NUL character, got {path!r}")
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise ValueError(f"path: {path!r} is not a regular file: a save would replace it")
         with self._lock:
             tokens, lengths = self._snapshot()
             header = {

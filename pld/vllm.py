@@ -128,18 +128,32 @@ def _bool(name: str, value: Any) -> bool:
 
 def _verify_cost(value: Any) -> Optional[float]:
     """None for "learned", else the fixed slope."""
-    if value == "learned":
+    if isinstance(value, str) and value == "learned":
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+    number = _finite(value)
+    if number is None:
         raise ValueError(f"additional_config['pld']['verify_cost'] must be \"learned\" or a number >= 0, "
                          f"got {value!r}")
-    return float(value)
+    return number
 
 
 def _seconds(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+    number = _finite(value)
+    if number is None:
         raise ValueError(f"additional_config['pld']['{name}'] must be a number of seconds >= 0, got {value!r}")
-    return float(value)
+    return number
+
+
+def _finite(value: Any) -> Optional[float]:
+    """``value`` as a float if it is an int or float (not a bool), >= 0
+    and finite as a float (an int too large for one is not); else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if 0 <= number < float("inf") else None
 
 
 def _check_writable(name: str, path: str) -> None:
@@ -149,6 +163,8 @@ def _check_writable(name: str, path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
         raise ValueError(f"additional_config['pld']['{name}']: {path!r} is a folder, not a file path")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ValueError(f"additional_config['pld']['{name}']: {path!r} is not a regular file (a save replaces it)")
     if not os.path.isdir(folder):
         raise ValueError(f"additional_config['pld']['{name}']: no such folder: {folder!r}")
     if not os.access(folder, os.W_OK | os.X_OK):
@@ -160,6 +176,8 @@ def _path(name: str, value: Any) -> Optional[str]:
         return None
     if not isinstance(value, str) or not value:
         raise TypeError(f"additional_config['pld']['{name}'] must be a file path, got {value!r}")
+    if "\0" in value:
+        raise ValueError(f"additional_config['pld']['{name}']: a file path holds no NUL character, got {value!r}")
     return value
 
 
@@ -603,7 +621,7 @@ class Drafter:
             with self._write_lock:  # (a step that learns meanwhile sets a timer: it never waits here)
                 try:
                     self.corpus.save(self._save_path)
-                except OSError as error:  # the served outputs stand
+                except (OSError, ValueError) as error:  # the served outputs stand
                     self._unsaved = True
                     logger.warning("pld: could not save the corpus to %r (%s)", self._save_path, error)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import stat
 import time
 import types
 
@@ -566,10 +567,32 @@ def test_best_chain_follows_the_most_supported_child():
     (4, {"save_corpus": "/nonexistent/c.pldc"}, "save_corpus.*no such folder"),
     (4, {"save_corpus": "/"}, "save_corpus.*is a folder"),
     (4, {"save_corpus": ""}, "save_corpus"),
+    (4, {"save_corpus": "/tmp/c\0.pldc"}, "save_corpus.*NUL"),
+    (4, {"corpus": "c\0.pldc"}, "corpus.*NUL"),
+    (4, {"verify_cost": 10 ** 400}, "verify_cost"),
+    (4, {"save_every": 10 ** 400}, "save_every"),
+    (4, {"verify_cost": np.array(["learned"])}, "verify_cost"),
 ])
 def test_bad_options_are_refused_at_start(k, options, message):
     with pytest.raises((TypeError, ValueError), match=message):
         Drafter(config(k=k, **options))
+
+
+def test_a_save_path_that_is_not_a_regular_file_is_refused_at_start(tmp_path):
+    """A save replaces what is there (os.replace): a FIFO or a device in
+    its place is refused when the engine starts, and by Corpus.save, and
+    left as it was."""
+    fifo = str(tmp_path / "pipe")
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="save_corpus.*not a regular file"):
+        Drafter(config(save_corpus=fifo))
+    corpus = Corpus(1000)
+    corpus.add([1, 2, 3])
+    with pytest.raises(ValueError, match="pipe.*not a regular file"):
+        corpus.save(fifo)
+    with pytest.raises(ValueError, match="NUL"):
+        corpus.save(str(tmp_path / "c\0.pldc"))
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe"]
 
 
 def test_bad_corpus_files_are_refused_at_start(tmp_path):
