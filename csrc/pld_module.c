@@ -2399,7 +2399,12 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
         if (draft_state_check_ready(st) < 0)
             goto done;
         held = (Py_ssize_t)pld_index_len(st->index->index);
-        if (in[i].n < 0 || in[i].n > width || draft_state_check(st, &run, i * width, in[i].n) != 2) {
+        /* the same request has grown by exactly the ids sampled this step: any
+         * other length is another request (or ids vLLM discarded), and sampled
+         * ids not in a list have no length here; such a row is matched in full
+         * on the Python path, never on the head, tail and window alone */
+        if (in[i].n < 0 || in[i].n > width || in[i].sampled < 0 || in[i].n - held != in[i].sampled ||
+            draft_state_check(st, &run, i * width, in[i].n) != 2) {
             PyObject *row = PyLong_FromSsize_t(i);
             if (row == NULL || PyList_Append(lost, row) < 0) {
                 Py_XDECREF(row);
@@ -2410,9 +2415,8 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         if (in[i].sampled == 0)
             all_sampled = 0;
-        else if (in[i].sampled < 0 ||
-                 (in[i].n < (Py_ssize_t)max_len && (held > in[i].n || held < DRAFT_HEAD)))
-            slow = 1; /* not a list; tokens discarded; a key still growing */
+        else if (in[i].n < (Py_ssize_t)max_len && held < DRAFT_HEAD)
+            slow = 1; /* a key still growing */
     }
     if (slow || PyList_GET_SIZE(lost) > 0) {
         result = lost;

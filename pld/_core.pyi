@@ -82,11 +82,13 @@ def draft_rows(states: List[DraftState], rows: TokenIds, width: int, lengths: To
     ``lengths`` 1-D, both of integer ids) and ``states[i]`` its request
     last seen there.
 
-    First every row is checked (``seems``, cursors moving on). If one
-    fails, or is out of range, or needs the Python path (a decoding row
-    whose sampled ids are not a list, whose state holds more ids than the
-    row or fewer than DRAFT_CHECK[0]), nothing else changes and the list
-    of rows that failed is returned (maybe empty).
+    First every row is checked: it must hold its state's ids and exactly
+    the ids sampled this step (``lengths[i] == states[i].n +
+    len(sampled[i])``, ``sampled[i]`` a list) and pass ``seems`` (cursors
+    moving on). If one fails, or is out of range, or needs the Python path
+    (a decoding row whose state holds fewer than DRAFT_CHECK[0] ids),
+    nothing else changes and the list of rows that failed is returned
+    (maybe empty).
 
     Otherwise each decoding row (sampled non-empty, lengths[i] < max_len)
     learns how its last draft fared (``len(sampled[i]) - 1`` accepted:

@@ -38,16 +38,17 @@ that does not grow with the context. Options come from
 Rows carry no request ids and vLLM moves them between steps (finished
 requests leave, rows are condensed, preempted requests come back elsewhere),
 so a request is recognised by its tokens, never by its row: every step a
-row's tokens are checked against the state last seen there (its first and
-last tokens and a rolling window that covers the whole context every few
-hundred tokens), and a row that fails is matched in full against the states
-held, or gets a fresh index. States no row uses go to a bounded pool (for
+row is checked against the state last seen there (it must have grown by
+exactly the ids sampled, and match in its first and last tokens and a
+rolling window that covers the whole context every few hundred tokens),
+and a row that fails is matched in full against the states held, or gets
+a fresh index. States no row uses go to a bounded pool (for
 preempted requests), their outputs to the corpus. A step in which every
 row is still the request last seen there runs in one C call
 (``_core.draft_rows``: the check, how each last draft fared, the new
 tokens, the lookup), the budget's choice in Python, and the cut in C
 (``_core.send_drafts``); any other step, or a row that needs what only
-Python does (a corpus lookup, a truncation, a key), takes the Python path,
+Python does (a corpus lookup, a key), takes the Python path,
 which drafts the same. Everything depends on the
 step's inputs alone, so every tensor-parallel rank drafts the same tokens.
 Drafts never change vLLM's output: it verifies them.
@@ -207,19 +208,6 @@ class _Request(_core.DraftState):
         self.key: Tuple[int, ...] = ()
         self.learned = prompt  # its tokens up to here are the prompt, or in the corpus
 
-    def truncate(self, n: int) -> None:
-        """Keep the first n tokens; the drafts' history starts again (a
-        request that shares them, or lost tokens, drafts as a fresh one
-        would, so that a seeded request repeats)."""
-        self.index.truncate(n)
-        self.cursor = 0
-        self.prompt = min(self.prompt, n)
-        self.learned = min(self.learned, n)
-        self.proposed = 0
-        self.support = 1
-        if self.length is not None:
-            self.length = DraftLength(self.length.k, adaptive=True)
-
     def is_prefix_of(self, tokens: np.ndarray, at: int, limit: int) -> bool:
         """Whether the tokens held are exactly the first n of the row at
         ``at`` (n <= limit <= the row's width)."""
@@ -348,7 +336,7 @@ class Drafter:
         lengths = num_tokens_no_spec[:len(sampled_token_ids)]
         lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else np.asarray(lengths).tolist()
         width = tokens.shape[1]  # row i starts at flat index i * width
-        claimed = self._recognise(tokens, lengths, width) if lost is None else self._without(lost)
+        claimed = self._recognise(tokens, lengths, width, sampled_token_ids) if lost is None else self._without(lost)
         all_decoding = all(sampled_token_ids)  # (the last step's time, if it served these same requests)
         same_rows = all_decoding and self._all_decoding and claimed is self.rows and len(claimed) == len(lengths)
         self._all_decoding = all_decoding
@@ -374,10 +362,6 @@ class Drafter:
                     _Request(n, n - len(sampled), self.options)
             if state.proposed:  # how the last draft fared
                 self._fared(state, len(sampled) - 1)
-            if n < state.n:  # tokens vLLM discarded, or a request that shares the first n (the same prompt)
-                if self._learning:  # (what the state held beyond is an output all the same)
-                    self._learn([state])
-                state.truncate(n)
             if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
                 self._key(state, tokens, i, n)
             decoding += 1
@@ -407,14 +391,19 @@ class Drafter:
             state.length.update(state.proposed, accepted)
         state.proposed = 0
 
-    def _recognise(self, tokens: np.ndarray, lengths: List[int], width: int) -> Dict[int, _Request]:
-        """The rows whose state last seen there still matches (also a row
-        with nothing sampled this step: a prefill in progress): ``self.rows``
-        itself when every one does, so that no state has lost its row."""
+    def _recognise(self, tokens: np.ndarray, lengths: List[int], width: int,
+                   sampled: Sequence[Sequence[int]]) -> Dict[int, _Request]:
+        """The rows whose state last seen there still matches: the row has
+        grown by exactly the ids sampled this step (none in a prefill) and
+        passes the check (``seems``). ``self.rows`` itself when every one
+        does, so that no state has lost its row. A row of any other length
+        holds another request (or ids vLLM discarded): it is matched in full
+        (``_find``), never on the check's head, tail and window alone."""
         count = len(lengths)
         lost = []
         for i, state in self.rows.items():  # (a loop: no comprehension to build a step)
-            if not (i < count and 0 <= lengths[i] <= width and state.seems(tokens, i * width, lengths[i])):
+            if not (i < count and 0 <= lengths[i] <= width and lengths[i] - state.n == len(sampled[i])
+                    and state.seems(tokens, i * width, lengths[i])):
                 lost.append(i)
         return self._without(lost)
 

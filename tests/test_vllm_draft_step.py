@@ -183,14 +183,16 @@ def test_draft_rows_changes_nothing_but_cursors_when_a_row_needs_python():
     tokens = np.array([seq, seq], dtype=np.int32)
     a, b = _state(seq[:35]), _state(seq[:35])
     a.proposed, a.candidate = 2, (ROW, 1, 1, 2)
-    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 30]), [[35], [29]], 4, 100, [], False, ()) == []
-    assert (a.n, a.proposed, b.n) == (35, 2, 35)  # b lost tokens: truncation is Python's
+    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 30]), [[35], [29]], 4, 100, [], False, ()) == [1]
+    assert (a.n, a.proposed, b.n) == (35, 2, 35)  # b is shorter than its state: another request, matched in full
+    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 37]), [[35], [36]], 4, 100, [], False, ()) == [1]
+    assert _core.draft_rows([a, b], tokens, 40, np.array([36, 36]), [[35], []], 4, 100, [], False, ()) == [1]
     tokens[1, 2] = 77
     assert _core.draft_rows([a, b], tokens, 40, np.array([36, 36]), [[35], [35]], 4, 100, [], False, ()) == [1]
     assert _core.draft_rows([a], tokens, 40, np.array([41]), [[35]], 4, 100, [], False, ()) == [0]  # past the row
     short = _state(seq[:HEAD - 1])
     assert _core.draft_rows([short], tokens, 40, np.array([HEAD]), [[HEAD - 1]], 4, 100, [], False, ()) == []
-    assert _core.draft_rows([a], tokens, 40, np.array([36]), [(35,)], 4, 100, [], False, ()) == []  # not a list
+    assert _core.draft_rows([a], tokens, 40, np.array([36]), [(35,)], 4, 100, [], False, ()) == [0]  # not a list
     assert a.n == 35 and short.n == HEAD - 1
 
 
@@ -306,7 +308,7 @@ def test_the_c_step_leaves_the_garbage_collector_as_it_found_it(enabled):
     import gc
 
     seq = list(range(20))
-    state = _state(seq)
+    state = _state(seq[:19])
     rows = np.array([seq + [0] * 4], np.int32)
     was = gc.isenabled()
     try:

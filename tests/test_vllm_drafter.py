@@ -450,9 +450,9 @@ def test_a_request_going_on_after_its_end_of_sequence_id_is_learned_in_pieces():
 
 def test_a_request_repeating_the_prompt_in_its_row_learns_the_output_it_replaces():
     """A request that stopped without an EOS (max_tokens), and the same
-    prompt again in its row: the row seems to be the first request, cut
-    back; its output is learned before the cut, and the new request's
-    output after it."""
+    prompt again in its row: the row has not grown by the ids sampled
+    since, so it is another request, with an index of its own; the first
+    one's output is learned as it leaves its row, the new one's later."""
     drafter = Drafter(config(k=4, adaptive=False, learn=True))
     prompt = [20, 21, 22, 23]
     tokens = np.zeros((1, 400), dtype=np.int32)
@@ -462,10 +462,45 @@ def test_a_request_repeating_the_prompt_in_its_row_learns_the_output_it_replaces
     tokens[0, :] = 0
     tokens[0, :4] = prompt
     _run(drafter, tokens, [[11]])  # greedy: the same first token
-    assert drafter.rows[0] is first and first.n == 5  # (taken over, cut back)
+    assert drafter.rows[0] is not first and drafter.rows[0].n == 5
     assert drafter.corpus.sequences() == [[11, 12, 13]]
     _run(drafter, tokens, [[14, 2]])
-    assert drafter.corpus.sequences() == [[11, 12, 13], [14, 2]]
+    assert drafter.corpus.sequences() == [[11, 12, 13], [11, 14, 2]]
+
+
+@pytest.mark.parametrize("python_path", [False, True])
+@pytest.mark.parametrize("delta", [-4, -1, 1])
+def test_a_look_alike_taking_a_finished_requests_row_never_drafts_its_ids(python_path, delta):
+    """Request B takes the row request A finished in: the same template,
+    head and tail, A's private ids in the middle (where the rolling window
+    is not), and B's row ``delta`` ids off what A's plus one sampled id
+    would be (shorter than A's state, as long, longer). Only a row grown by
+    exactly the ids sampled is taken for the request last seen there; B is
+    matched in full and drafts from its own ids, on the C step and on the
+    Python step alike."""
+    rng = np.random.default_rng(1)
+    template = rng.integers(100, 1000, 1000)
+    template[600:603] = [11, 12, 13]
+    template[-2:] = [11, 12]
+    a, b = template.copy(), template.copy()
+    a[603:607] = [777, 778, 779, 780]
+    b[603:607] = [555, 556, 557, 558]
+    drafter = Drafter(config(k=4, max_model_len=4000, vocab=1000, adaptive=False))
+    if python_path:
+        drafter.propose = types.MethodType(lambda self, s, n, t: self._step(s, n, self._readable(t), None), drafter)
+    tokens = np.zeros((1, 4000), dtype=np.int32)
+    seq_a = list(a) + [13, 20, 21, 22]
+    for n in range(1001, 1005):  # A decodes 4 steps
+        tokens[0, :n] = seq_a[:n]
+        drafter.propose([[seq_a[n - 1]]], np.array([n]), tokens)
+    n = 1004 + 1 + delta
+    seq_b = (list(b) + seq_a[1000:] + [23, 30, 31])[:n]
+    tokens[0, :] = 0
+    tokens[0, :n] = seq_b
+    draft = drafter.propose([[seq_b[-1]]], np.array([n]), tokens)[0]
+    assert not set(draft) & {777, 778, 779, 780}
+    assert draft == _lookup(seq_b, 3, 4, 1, "seed", None, (), pick_latest=True)
+    assert draft == [555, 556, 557, 558] or delta != -4
 
 
 def test_the_corpus_is_saved_within_save_every_of_learning_with_no_step_after(tmp_path):
@@ -871,17 +906,20 @@ def test_a_bad_step_costs_its_drafts_and_the_next_drafts_again(tokens, lengths, 
     assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
 
 
-def test_a_request_cut_below_its_head_is_found_again_after_a_move():
-    """Its key follows its head tokens down and back up (vLLM discarded
-    tokens, then others were accepted in their place)."""
+def test_a_request_cut_below_its_head_starts_afresh_and_is_found_again_after_a_move():
+    """vLLM discarded ids (the row is shorter than its state): the row is
+    matched in full and drafts from a fresh index, whose key follows its
+    head tokens back up as others are accepted in their place."""
     tokens = np.zeros((2, 100), dtype=np.int32)
     drafter = Drafter(config(k=3, max_model_len=100, adaptive=False))
     seq = list(range(1, 21))
     tokens[0, :20] = seq
     drafter.propose([[20]], np.array([20]), tokens)
-    state = drafter.rows[0]
+    old = drafter.rows[0]
     seq = seq[:HEAD - 6]
     drafter.propose([[seq[-1]]], np.array([len(seq)]), tokens)
+    state = drafter.rows[0]
+    assert state is not old and state.n == len(seq)
     for t in range(30, 40):
         seq.append(t)
         tokens[0, len(seq) - 1] = t
