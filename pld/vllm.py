@@ -276,10 +276,11 @@ class Drafter:
             if tokens is not self._array or tokens.dtype is not self._dtype:
                 tokens = self._readable(tokens)
             lost = None
+            lengths = num_tokens_no_spec
+            if lengths is not self._lengths or len(lengths) < len(sampled_token_ids):
+                lengths = self._readable_lengths(lengths, len(sampled_token_ids))
             states = self._in_order
             if states is not None and len(states) == len(sampled_token_ids) and type(sampled_token_ids) is list:
-                lengths = num_tokens_no_spec if num_tokens_no_spec is self._lengths else \
-                    self._readable_lengths(num_tokens_no_spec)
                 got = _core.draft_rows(states, tokens, tokens.shape[1], lengths, sampled_token_ids, self._k,
                                        self._max_len, self._outcomes, self.corpus is not None and len(self.corpus) > 0,
                                        self._stop)
@@ -293,12 +294,24 @@ class Drafter:
                     self._all_decoding = all_decoding
                     return self._drafts(states, drafts, candidates, decoding, same_rows)
                 lost = got
-            return self._step(sampled_token_ids, num_tokens_no_spec, tokens, lost)
+            return self._step(sampled_token_ids, lengths, tokens, lost)
         except Exception:  # noqa: BLE001 - the served tokens never depend on a draft
             logger.exception("pld: drafting failed; this step goes on without drafts")
-            self.rows, self.keys, self.pool = {}, {}, OrderedDict()
-            self._array = self._in_order = None
+            self._start_afresh()
             return [[] for _ in sampled_token_ids]
+
+    def _start_afresh(self) -> None:
+        """After a failed step: every state is dropped (each request drafts
+        from a fresh index from its next step on), the outputs of those in
+        rows offered to the corpus first (if it learns)."""
+        held = list(self.rows.values())
+        self.rows, self.keys, self.pool = {}, {}, OrderedDict()
+        self._array = self._in_order = self._lengths = None
+        if self._learning:
+            try:
+                self._learn(held)
+            except Exception:  # noqa: BLE001 - as the step's own failure: logged, and serving goes on
+                logger.exception("pld: the outputs of the requests in rows could not be learned")
 
     def _learn_ended(self, rows: List[int], states: Any, tokens: np.ndarray, lengths: Any,
                      sampled: Sequence[Sequence[int]]) -> None:
@@ -327,14 +340,13 @@ class Drafter:
             drafts[i], candidates[i] = self._corpus_draft(tokens, i * tokens.shape[1], n,
                                                           min(self._k, self._max_len - n))
 
-    def _step(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: Any, tokens: np.ndarray,
+    def _step(self, sampled_token_ids: Sequence[Sequence[int]], num_tokens_no_spec: np.ndarray, tokens: np.ndarray,
               lost: Optional[List[int]]) -> List[List[int]]:
         """The step where a row may hold another request than last seen
         (or needs what only Python does): rows are recognised (their check
         already made, if ``lost`` lists the rows that failed it), found
         again or given a fresh index, and drafted one by one."""
-        lengths = num_tokens_no_spec[:len(sampled_token_ids)]
-        lengths = lengths.tolist() if isinstance(lengths, np.ndarray) else np.asarray(lengths).tolist()
+        lengths = num_tokens_no_spec[:len(sampled_token_ids)].tolist()
         width = tokens.shape[1]  # row i starts at flat index i * width
         claimed = self._recognise(tokens, lengths, width, sampled_token_ids) if lost is None else self._without(lost)
         all_decoding = all(sampled_token_ids)  # (the last step's time, if it served these same requests)
@@ -440,15 +452,29 @@ class Drafter:
         self._dtype = array.dtype
         return tokens
 
-    def _readable_lengths(self, lengths: Any) -> np.ndarray:
-        """num_tokens_no_spec as the C step reads it: a 1-D C-contiguous
-        native integer array (a copy otherwise: vLLM's is one, and the same
-        array every step, so it is remembered and then taken as it is)."""
+    def _readable_lengths(self, lengths: Any, rows: int) -> np.ndarray:
+        """num_tokens_no_spec as the steps read it: a 1-D C-contiguous
+        native integer array of at least ``rows`` lengths (a copy
+        otherwise: vLLM's is one, and the same array every step, so it is
+        remembered and then taken as it is); TypeError/ValueError naming
+        it for anything else (floats are not cut to integers)."""
         if isinstance(lengths, np.ndarray) and lengths.dtype.kind in "iu" and lengths.ndim == 1 \
                 and lengths.flags.c_contiguous and lengths.dtype.isnative:
+            array = lengths
+        else:
+            try:
+                array = np.asarray(lengths)
+            except (TypeError, ValueError, OverflowError) as error:
+                raise TypeError(f"num_tokens_no_spec: expected a 1-D array of integer lengths ({error})") from None
+            if array.dtype.kind not in "iu" or array.ndim != 1:
+                raise TypeError(f"num_tokens_no_spec: expected a 1-D array of integer lengths, got "
+                                f"{array.ndim} dimensions of {array.dtype}")
+            array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("="))
+        if len(array) < rows:
+            raise ValueError(f"num_tokens_no_spec: {len(array)} lengths for {rows} rows of sampled_token_ids")
+        if array is lengths:
             self._lengths = lengths
-            return lengths
-        return np.ascontiguousarray(lengths, dtype=np.int64)
+        return array
 
     def _find(self, tokens: np.ndarray, i: int, at: int, n: int, claimed: Dict[int, _Request]
               ) -> Optional[_Request]:

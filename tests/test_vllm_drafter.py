@@ -906,6 +906,33 @@ def test_a_bad_step_costs_its_drafts_and_the_next_drafts_again(tokens, lengths, 
     assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
 
 
+@pytest.mark.parametrize("lengths", [
+    np.array([9.0]), np.array([9.9]), np.array([True]), [None], [2 ** 70], np.array([[9]]),
+    np.array([], dtype=np.int32),  # fewer lengths than rows
+])
+def test_lengths_that_are_not_one_integer_a_row_fail_a_step_naming_them(lengths, caplog):
+    """num_tokens_no_spec must hold an integer length a row: floats are
+    not cut to integers (on the C step either), and the error names it."""
+    good = np.zeros((1, 12), dtype=np.int32)
+    good[0, :9] = [1, 7, 8, 9, 10, 11, 12, 7, 8]
+    drafter = Drafter(config(k=4, max_model_len=100, adaptive=False))
+    assert drafter.propose([[8]], np.array([9]), good) == [[9, 10, 11, 12]]
+    good[0, 9] = 9
+    with caplog.at_level(logging.ERROR, logger="pld"):
+        assert drafter.propose([[9]], lengths, good) == [[]]
+    assert "num_tokens_no_spec" in caplog.text and drafter.num_requests == 0
+    assert drafter.propose([[9]], np.array([10]), good) == [[10, 11, 12, 7]]
+
+
+def test_a_failed_step_learns_the_outputs_of_the_requests_in_rows_first():
+    drafter = Drafter(config(k=4, adaptive=False, learn=True))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11], [12, 13]])
+    assert drafter.propose([[14]], None, tokens) == [[]]
+    assert drafter.corpus.sequences() == [[11, 12, 13]] and drafter.num_requests == 0
+
+
 def test_a_request_cut_below_its_head_starts_afresh_and_is_found_again_after_a_move():
     """vLLM discarded ids (the row is shorter than its state): the row is
     matched in full and drafts from a fresh index, whose key follows its
