@@ -181,23 +181,24 @@ def test_a_step_is_timed_only_when_it_served_the_same_requests_as_the_last(monke
     # the time from one call to the next is a sample of the step's cost unless a request arrived, left,
     # or was prefilled in between (the prefill's time is not a step's)
     tokens = np.zeros((3, 64), dtype=np.int32)
-    tokens[:, :6] = [[1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6], [7, 8, 9, 7, 8, 9]]
     drafter = Drafter(config(k=4, max_model_len=64))
     seen = []
     choose = drafter.budget.choose
     monkeypatch.setattr(drafter.budget, "choose", lambda c, rows, same: seen.append(same) or choose(c, rows, same))
-    steps = [([[3]], [6]), ([[3]], [6]),  # one request, twice: the second is timed
-             ([[3], [6]], [6, 6]),  # a request arrived (prefilled in one step)
-             ([[3], [6]], [6, 6]),
-             ([[3], []], [6, 4]),  # row 1 gives way to a request being prefilled in chunks
-             ([[3], []], [6, 6]),
-             ([[3], [9]], [6, 6]),  # its first token
-             ([[3], [9]], [6, 6]),
-             ([[3]], [6])]  # a request left
-    for step, (sampled, lengths) in enumerate(steps):
-        if step == 4:
-            tokens[1] = tokens[2]
-        drafter.propose(sampled, np.array(lengths), tokens)
+    a, b, c = [1, 2, 3, 1, 2, 3], [4, 5, 6, 4, 5, 6], [7, 8, 9, 7, 8, 9]
+    steps = [([a], [[1]]), ([a], [[2]]),  # one request, twice: the second is timed
+             ([a, b], [[3], [4]]),  # a request arrived (prefilled in one step)
+             ([a, b], [[1], [5]]),
+             ([a, c[:4]], [[2], []]),  # row 1 gives way to a request being prefilled in chunks
+             ([a, c], [[3], []]),
+             ([a, c], [[1], [7]]),  # its first token
+             ([a, c], [[2], [8]]),
+             ([a], [[3]])]  # a request left
+    for rows, sampled in steps:
+        for i, (seq, new) in enumerate(zip(rows, sampled)):
+            seq.extend(new)  # (each row grows by the ids sampled: a prefill's first one too)
+            tokens[i, :len(seq)] = seq
+        drafter.propose(sampled, np.array([len(seq) for seq in rows]), tokens)
     assert seen == [False, True, False, True, False, False, False, True, False]
 
 
