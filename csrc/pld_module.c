@@ -354,11 +354,49 @@ static int dlpack_fill(const pld_dl_tensor *t, const char *arg, array_view *av)
     return 0;
 }
 
+/* 0 if obj has no torch "lazy" bit set (is_neg(), is_conj(): a tensor
+ * whose values are its memory negated or conjugated, which its DLPack
+ * export does not say); else -1, a TypeError naming arg (or the check's
+ * own error). Runs Python code: call it before any view is taken. */
+static int refuse_lazy_bits(PyObject *obj, const char *arg)
+{
+    static const char *const bits[] = {"is_neg", "is_conj"};
+    static const char *const fixes[] = {"resolve_neg", "resolve_conj"};
+    size_t b;
+    for (b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
+        PyObject *method = PyObject_GetAttrString(obj, bits[b]), *set;
+        int truth;
+        if (method == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+                return -1;
+            PyErr_Clear();
+            continue;
+        }
+        set = PyObject_CallNoArgs(method);
+        Py_DECREF(method);
+        if (set == NULL)
+            return -1;
+        truth = PyObject_IsTrue(set);
+        Py_DECREF(set);
+        if (truth < 0)
+            return -1;
+        if (truth) {
+            PyErr_Format(PyExc_TypeError,
+                         "%s: the tensor's %s() bit is set (its values are not its memory's): pass "
+                         "tensor.%s()", arg, bits[b], fixes[b]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* av from obj.__dlpack__ (method, already looked up): the producer runs
  * Python code here; nothing else of the caller's is viewed yet. */
 static int view_from_dlpack(PyObject *obj, PyObject *method, const char *arg, array_view *av)
 {
     const pld_dl_tensor *t;
+    if (refuse_lazy_bits(obj, arg) < 0)
+        return -1;
     av->capsule = PyObject_CallNoArgs(method);
     if (av->capsule == NULL) {
         /* the producer refused (a meta tensor, one that requires grad...):
@@ -498,7 +536,7 @@ static int id_from_object(PyObject *item, const char *arg, int64_t *out)
     if (PyLong_CheckExact(item)) {
         v = PyLong_AsLongLongAndOverflow(item, &overflow);
     } else {
-        index = int_from_index(item, arg, 0, NULL, "%s: expected int token ids, got %.100s");
+        index = int_from_index(item, arg, 1, NULL, "%s: expected int token ids, got %.100s");
         if (index == NULL)
             return -1;
         v = PyLong_AsLongLongAndOverflow(index, &overflow);
@@ -2727,9 +2765,10 @@ static PyObject *Corpus_add(CorpusObject *self, PyObject *tokens)
                      arg, ti.len, self->max_tokens);
         goto done;
     }
-    /* int64 that nobody can free or resize meanwhile: the list's copy, a
-     * buffer export; else (int32, a DLPack view) a copy made here */
-    if (ti.is32 || !ti.gil_free_ok) {
+    /* the ids are checked, then added with the GIL released: read from a
+     * copy of our own (the list's, or one made here), never from the
+     * caller's memory, which another thread may write between the reads */
+    if (ti.is32 || ti.owned == NULL || ti.data != ti.owned) {
         owned = PyMem_Malloc((ti.len ? ti.len : 1) * sizeof(int64_t));
         if (owned == NULL) {
             PyErr_NoMemory();

@@ -233,7 +233,7 @@ class Corpus:
         except ValueError as error:  # the corpus is optional: the output stands
             logger.warning("pld: an output was not added to the corpus (%s)", error)
             return False
-        return bool(tokens)
+        return len(tokens) > 0  # (an array or a tensor has no truth value)
 
     def propose_tree(self, context: Any, depth: int, *, per_ngram: int = 4, max_nodes: int = 64,
                      eos_token_id: Any = None) -> Tuple[List[int], List[int], List[int], List[int], List[int]]:

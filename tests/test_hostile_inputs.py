@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 
 import pld
+from pld import _core
 from pld.bench.flood import crafted_ids
 
 _PRELUDE = """
@@ -684,6 +685,80 @@ def test_huge_reserve_and_truncate():
             ix.truncate(n)
     ix.truncate(2**62)  # beyond the length: nothing to drop
     assert ix.tokens() == [1, 2, 3]
+
+
+@pytest.mark.parametrize("call", [
+    lambda: pld.NgramIndex(2).extend(True),
+    lambda: pld.NgramIndex(2).extend([1, True]),
+    lambda: pld.Corpus(100).add([True, False]),
+    lambda: pld.find_candidate_pred_tokens([1, 2, 1], 1, 2, semantics="transformers", eos_token_id=[True]),
+    lambda: _core.accept_greedy([True], [1, 2]),
+    lambda: _core.accept_greedy([1, 2], [1, 2, 3], [-1, False]),
+], ids=["extend-one", "extend-list", "corpus-add", "eos", "accept-tokens", "accept-parents"])
+def test_a_bool_is_no_token_id(call):
+    # (bool is an int subclass: it passed the integer fast paths once)
+    with pytest.raises(TypeError, match="got bool"):
+        call()
+
+
+def test_corpus_offer_takes_an_array_as_add_does():
+    corpus = pld.Corpus(100)
+    assert corpus.offer(np.array([1, 2, 3])) is True
+    assert corpus.offer(np.array([], dtype=np.int64)) is False
+    assert corpus.sequences() == [[1, 2, 3]]
+
+
+def test_corpus_add_checks_and_adds_one_copy_of_the_ids():
+    """Another thread writes refused ids into the array while add runs
+    (with the GIL released for the add): whatever add takes, it is what it
+    checked, so the corpus never holds a negative id or one beyond its
+    bound (it read the caller's memory several times once)."""
+    import threading
+
+    corpus = pld.Corpus(1 << 22, segments=1)
+    corpus._core._bind_vocab(100, True)
+    n = 1 << 20
+    ids = np.zeros(n, dtype=np.int64)
+    stop = threading.Event()
+
+    def writer():
+        while not stop.is_set():
+            ids[n - 10] = 10**12
+            ids[n - 10] = 0
+            ids[n - 20] = -5
+            ids[n - 20] = 0
+
+    thread = threading.Thread(target=writer)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread.start()
+    try:
+        for _ in range(20):
+            try:
+                corpus.add(ids)
+            except ValueError as error:
+                assert "-5" in str(error) or str(10**12) in str(error)
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(old)
+    held = np.concatenate([np.asarray(s) for s in corpus.sequences()] or [np.zeros(0, np.int64)])
+    assert held.size == 0 or (held.min() >= 0 and held.max() < 100 and corpus.max_id < 100)
+
+
+@pytest.mark.torch
+def test_a_tensor_with_torch_s_negative_bit_is_refused():
+    # its DLPack export carries its memory, not its values
+    torch = pytest.importorskip("torch")
+    ids = torch._neg_view(torch.tensor([-5, -6, -7, -5, -6]))
+    with pytest.raises(TypeError, match="tokens.*is_neg.*resolve_neg"):
+        pld.NgramIndex(2).extend(ids)
+    probs = torch._neg_view(torch.full((2, 2), -0.5))
+    with pytest.raises(TypeError, match="probs.*is_neg"):
+        _core.accept_sample([1], probs, [0.5, 0.5])
+    ix = pld.NgramIndex(2)
+    ix.extend(ids.resolve_neg())
+    assert ix.tokens() == [5, 6, 7, 5, 6]
 
 
 # ======================================================= 6. randomness
