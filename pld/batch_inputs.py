@@ -22,6 +22,17 @@ ROW_WISE_PROCESSORS = frozenset({
 })
 
 
+def check_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
+    """An attention mask shaped like input_ids, of 0/1 values (a
+    ValueError naming it otherwise: pld's loop reads a mask as attend or
+    not, where a model may weigh another value in between)."""
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(f"attention_mask: expected the shape of input_ids {tuple(input_ids.shape)}, "
+                         f"got {tuple(attention_mask.shape)}")
+    if ((attention_mask != 0) & (attention_mask != 1)).any():
+        raise ValueError("attention_mask: expected 0/1 values")
+
+
 def check_left_padded(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
     """The batch's attention mask as a bool [B, L] tensor, checked: the
     shape of input_ids, 0/1 values, every row left-padded (no 0 after a 1)
@@ -30,11 +41,7 @@ def check_left_padded(input_ids: torch.Tensor, attention_mask: Optional[torch.Te
         raise ValueError(f"input_ids: expected shape [B, L] with B >= 1 and L >= 1, got {tuple(input_ids.shape)}")
     if attention_mask is None:
         return torch.ones(input_ids.shape, dtype=torch.bool, device=input_ids.device)
-    if tuple(attention_mask.shape) != tuple(input_ids.shape):
-        raise ValueError(f"attention_mask: expected the shape of input_ids {tuple(input_ids.shape)}, "
-                         f"got {tuple(attention_mask.shape)}")
-    if ((attention_mask != 0) & (attention_mask != 1)).any():
-        raise ValueError("attention_mask: expected 0/1 values")
+    check_mask(input_ids, attention_mask)
     mask = attention_mask.bool()
     if not mask[:, -1].all():
         rows = (~mask[:, -1]).nonzero().flatten().tolist()

@@ -39,7 +39,7 @@ def is_index(value: Any) -> bool:
         return False
     try:
         operator.index(value)
-    except TypeError:
+    except (TypeError, RuntimeError):  # (a tensor of another shape, on the meta device, beyond int64...)
         return False
     return True
 
@@ -74,16 +74,28 @@ def eos_ids(value: Any) -> Tuple[int, ...]:
     if type(value).__module__.startswith("torch") and hasattr(value, "dtype"):
         if value.dtype.is_floating_point or value.dtype.is_complex or str(value.dtype) == "torch.bool":
             raise TypeError(f"eos_token_id: expected integer ids, got a {value.dtype} tensor")
-        return tuple(int(v) for v in value.reshape(-1).tolist())
+        if getattr(value, "is_meta", False):
+            raise ValueError("eos_token_id: a tensor on the meta device holds no ids")
+        return _int64_ids(int(v) for v in value.reshape(-1).tolist())
     if is_index(value):
-        return (operator.index(value),)
+        return _int64_ids((operator.index(value),))
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise TypeError(f"eos_token_id: expected an int or a list of ints, got {type(value).__name__}")
     ids = list(value)
     bad = [v for v in ids if not is_index(v)]
     if bad:
         raise TypeError(f"eos_token_id: expected a list of ints, got an item of type {type(bad[0]).__name__}")
-    return tuple(operator.index(v) for v in ids)
+    return _int64_ids(operator.index(v) for v in ids)
+
+
+def _int64_ids(ids: Any) -> Tuple[int, ...]:
+    """The ids as a tuple, each in int64's range (a ValueError naming
+    eos_token_id otherwise: no token id lies beyond it)."""
+    out = tuple(ids)
+    for v in out:
+        if not -(1 << 63) <= v < 1 << 63:
+            raise ValueError(f"eos_token_id: {v} is beyond the range of token ids (int64)")
+    return out
 
 
 def _flag(name: str, value: Any) -> bool:
@@ -117,8 +129,12 @@ def _sources(value: Any) -> Optional[Tuple[str, ...]]:
         return None
     if isinstance(value, str):
         value = (value,)
-    if not hasattr(value, "__iter__") or not all(isinstance(v, str) for v in value):
+    if not hasattr(value, "__iter__"):
         raise TypeError(f"draft_sources must be a list of names, got {type(value).__name__}")
+    value = tuple(value)  # (read once: an iterator too)
+    if not all(isinstance(v, str) for v in value):
+        raise TypeError(f"draft_sources must be a list of names, got an item of type "
+                        f"{type(next(v for v in value if not isinstance(v, str))).__name__}")
     from .drafts import REGISTRY, check_memory
 
     names = tuple(dict.fromkeys(value))
@@ -266,6 +282,8 @@ class DecodeConfig:
         _check_corpus(self.corpus, self.draft_sources)
         put("temperature", _number("temperature", self.temperature))
         put("top_k", _number("top_k", self.top_k, integer=True))
+        if self.top_k is not None and self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: no top-k filter), got {self.top_k}")
         put("top_p", _number("top_p", self.top_p))
         if not self.do_sample and (self.temperature, self.top_k, self.top_p) != (None, None, None):
             raise ValueError("temperature/top_k/top_p need do_sample=True")

@@ -51,6 +51,8 @@ def _mask(value: Any, input_ids: torch.Tensor) -> torch.Tensor:
             raise ValueError(f"attention_mask: cannot be made a tensor ({e})") from None
     if value.dtype.is_complex:
         raise TypeError(f"attention_mask: expected 0/1 values, got a {value.dtype} tensor")
+    if value.is_meta:
+        raise ValueError("attention_mask: a tensor on the meta device holds no values")
     if value.dim() == 1:
         value = value[None]
     if tuple(value.shape) != tuple(input_ids.shape):
@@ -104,6 +106,9 @@ def generate(
     naming the argument.
     """
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.generate()")
+    if config is not None and not isinstance(config, DecodeConfig):
+        raise TypeError(f"config: expected a pld.DecodeConfig (or None, with options as keywords), got "
+                        f"{type(config).__name__}")
     config = (config or DecodeConfig()).replace(**options)
     input_ids = _prompt(input_ids)
     processors = _callables("logits_processor", logits_processor)
@@ -149,6 +154,8 @@ def _prompt(input_ids: Any) -> torch.Tensor:
         raise ValueError("input_ids: the prompt is empty")
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"input_ids: expected integer ids, got {input_ids.dtype}")
+    if input_ids.is_meta:
+        raise ValueError("input_ids: a tensor on the meta device holds no ids")
     return input_ids
 
 

@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from .attention_masks import layer_masks
-from .batch_inputs import check_left_padded
+from .batch_inputs import check_left_padded, check_mask
 from .config import eos_ids
 from .cpu_kernels import cpu_kernels
 from .kv_cache import FULL, OwnedCache, attention_layout, cache_for, dynamic_cache, no_dynamic_cache_reason
@@ -291,7 +291,9 @@ def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cac
     if traits.reason is not None:
         raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {traits.reason}")
     B, L = input_ids.shape
-    mask = check_left_padded(input_ids, attention_mask) if B > 1 else attention_mask  # (a row: any 0/1 mask)
+    if B == 1 and attention_mask is not None:
+        check_mask(input_ids, attention_mask)  # (a row: any 0/1 mask)
+    mask = check_left_padded(input_ids, attention_mask) if B > 1 else attention_mask
     if config.corpus is not None:
         bind_corpus(model, config.corpus)
     eos = config.eos_token_id

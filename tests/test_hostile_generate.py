@@ -308,13 +308,39 @@ def test_attention_mask_forms_are_accepted():
 
 
 @torch_test
-@pytest.mark.parametrize("form", ["list", "shape", "string"])
+@pytest.mark.parametrize("form", ["list", "shape", "string", "half", "two", "meta"])
 def test_bad_attention_mask_names_the_argument(form):
+    import torch
+
     import pld
 
-    bad = {"list": [[1, 1], [1]], "shape": [[1, 1, 1]], "string": "1111111111"}[form]
+    ids = _ids()
+    bad = {"list": [[1, 1], [1]], "shape": [[1, 1, 1]], "string": "1111111111",
+           "half": torch.full(ids.shape, 0.5), "two": torch.full(ids.shape, 2),  # (one row: 0/1 all the same)
+           "meta": torch.ones(ids.shape, device="meta")}[form]
     with pytest.raises((TypeError, ValueError), match="attention_mask"):
-        pld.generate(mf.tiny_model("gpt2"), _ids(), max_new_tokens=4, attention_mask=bad)
+        pld.generate(mf.tiny_model("gpt2"), ids, max_new_tokens=4, attention_mask=bad)
+
+
+@torch_test
+def test_a_mask_pld_cannot_read_goes_to_transformers_under_enable(caplog):
+    """A mask of other values than 0/1 (which a model may weigh in
+    between): transformers' own assisted decoding, with one log line, and
+    its tokens."""
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    ids = mf.as_ids([1, 2, 3, 4, 1, 2, 3, 4, 1, 2])
+    mask = torch.full(ids.shape, 0.5)
+    kwargs = dict(attention_mask=mask, max_new_tokens=4, do_sample=False, eos_token_id=None)
+    with torch.no_grad():
+        plain = model.generate(ids, **kwargs)
+        with pld.enabled(), caplog.at_level(logging.WARNING, logger="pld"):
+            got = model.generate(ids, prompt_lookup_num_tokens=5, **kwargs)
+    assert got.tolist() == plain.tolist()
+    assert "transformers' assisted decoding (attention_mask: expected 0/1 values)" in caplog.text
 
 
 @torch_test
@@ -336,12 +362,47 @@ def test_eos_token_id_forms_are_accepted():
 
 
 @torch_test
-@pytest.mark.parametrize("bad", ["3", 3.0, True, [1.5], [None], object()])
+@pytest.mark.parametrize("bad", ["3", 3.0, True, [1.5], [None], object(), "meta", "uint64", 1 << 63])
 def test_bad_eos_token_id_names_the_argument(bad):
+    import torch
+
     import pld
 
-    with pytest.raises(TypeError, match="eos_token_id"):
+    if bad == "meta":
+        bad = torch.tensor([3], device="meta")
+    elif bad == "uint64":
+        bad = torch.tensor([1 << 63], dtype=torch.uint64)
+    with pytest.raises((TypeError, ValueError), match="eos_token_id"):
         pld.generate(mf.tiny_model("gpt2"), _ids(), max_new_tokens=4, eos_token_id=bad)
+
+
+@torch_test
+def test_input_ids_on_the_meta_device_name_the_argument():
+    import pld
+
+    with pytest.raises(ValueError, match="input_ids.*meta"):
+        pld.generate(mf.tiny_model("gpt2"), _ids().to("meta"), max_new_tokens=4)
+
+
+@torch_test
+@pytest.mark.parametrize("config", [5, {"max_new_tokens": 4}, "generation_config"])
+def test_a_config_of_another_type_names_the_argument(config):
+    import pld
+
+    model = mf.tiny_model("gpt2")
+    if config == "generation_config":
+        config = model.generation_config
+    with pytest.raises(TypeError, match="config: expected a pld.DecodeConfig"):
+        pld.generate(model, _ids(), config)
+
+
+@torch_test
+def test_negative_top_k_is_refused_and_draft_sources_may_be_an_iterator():
+    import pld
+
+    with pytest.raises(ValueError, match="top_k"):
+        pld.generate(mf.tiny_model("gpt2"), _ids(), max_new_tokens=4, do_sample=True, top_k=-3)
+    assert pld.DecodeConfig(draft_sources=iter(["prompt"])).draft_sources == ("prompt",)
 
 
 _BAD_ARGUMENTS = [
