@@ -26,7 +26,7 @@ import torch
 from transformers.generation import utils as _gen_utils
 
 from . import _renamed, loop
-from .batch_inputs import check_left_padded, check_mask
+from .batch_inputs import check_mask
 from .candidate_generator import PromptLookupCandidateGenerator
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
 from .hf_adapter import cache_blocker
@@ -96,9 +96,11 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     if cache.get_seq_length() != 0:
         return "the cache already holds tokens"
     mask = model_kwargs.get("attention_mask")
-    if mask is not None:
-        try:  # (pld's loop reads a mask as attend or not, and serves a batch left-padded)
-            check_mask(input_ids, mask) if input_ids.shape[0] == 1 else check_left_padded(input_ids, mask)
+    if mask is not None and mask.shape != input_ids.shape:
+        return "attention_mask does not match input_ids"
+    if mask is not None and input_ids.shape[0] == 1:
+        try:  # (pld's loop reads a mask as attend or not; a batch's, decide checks, as pld.generate's)
+            check_mask(input_ids, mask)
         except ValueError as error:
             return str(error)
     if config.max_length is not None and config.max_length > MAX_INDEX_TOKENS:
