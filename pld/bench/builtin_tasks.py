@@ -42,14 +42,15 @@ CODE_MODULES = ("textwrap", "shlex", "fnmatch", "posixpath", "glob", "colorsys",
                 "ntpath", "shutil", "statistics", "fractions", "random")
 
 
-def prompts(tasks: Sequence[str], limit: int) -> List[Prompt]:
-    """At least ``limit`` prompts for each task in ``tasks`` (fewer only when
-    the machine's Python has too few documents or functions)."""
+def prompts(tasks: Sequence[str], limit: int, skip: int = 0) -> List[Prompt]:
+    """``limit`` prompts for each task in ``tasks`` (fewer only when the
+    machine's Python has too few documents or functions), none of those
+    that ``limit=skip`` gives: a set to fit on and one to report apart."""
     makers = {"summarization": _summaries, "rag": _rag, "chat": _chat,
               "code": _code, "translation": _translations, "long": _long}
     out: List[Prompt] = []
     for t in tasks:
-        out.extend(makers[t](limit))
+        out.extend(makers[t](limit, skip))
     return out
 
 
@@ -80,29 +81,38 @@ def _subject(title: str) -> str:
     return title[:1].lower() + title[1:] if title[:4] == "The " else title
 
 
-def _spread(items: list, n: int) -> list:
-    """``n`` items spread evenly over ``items`` (all of them when fewer)."""
-    if n >= len(items):
-        return list(items)
-    return [items[i * len(items) // n] for i in range(n)]
+def _spread(items: list, n: int, skip: int = 0) -> list:
+    """``n`` items spread evenly over ``items`` (all of them when fewer),
+    after leaving out the ``skip`` that ``_spread(items, skip)`` gives."""
+    if skip:
+        left_out = set(_picks(len(items), skip))
+        items = [x for i, x in enumerate(items) if i not in left_out]
+    return [items[i] for i in _picks(len(items), n)]
 
 
-def _summaries(limit: int) -> List[Prompt]:
+def _picks(count: int, n: int) -> List[int]:
+    """``n`` indices spread evenly over ``range(count)`` (all when fewer)."""
+    if n >= count:
+        return list(range(count))
+    return [i * count // n for i in range(n)]
+
+
+def _summaries(limit: int, skip: int = 0) -> List[Prompt]:
     return [Prompt(id=f"builtin/summarization/{key}", task="summarization", category="pydoc",
                    turns=(SUMMARY.format(text=text),), source="builtin")
-            for key, _, text in _spread(documents(), limit)]
+            for key, _, text in _spread(documents(), limit, skip)]
 
 
-def _long(limit: int) -> List[Prompt]:
+def _long(limit: int, skip: int = 0) -> List[Prompt]:
     from .tasks import joined
 
-    return joined([text for _, _, text in documents()], "builtin")[:limit]
+    return joined([text for _, _, text in documents()], "builtin")[skip:skip + limit]
 
 
-def _rag(limit: int) -> List[Prompt]:
+def _rag(limit: int, skip: int = 0) -> List[Prompt]:
     docs = documents(max_chars=1400)
     out = []
-    for i, (key, title, text) in enumerate(_spread(docs, limit)):
+    for i, (key, title, text) in enumerate(_spread(docs, limit, skip)):
         # the relevant passage between two distractors, in a fixed order
         j = docs.index((key, title, text))
         others = [docs[(j + 7) % len(docs)], docs[(j + 19) % len(docs)]]
@@ -114,17 +124,17 @@ def _rag(limit: int) -> List[Prompt]:
     return out
 
 
-def _chat(limit: int) -> List[Prompt]:
+def _chat(limit: int, skip: int = 0) -> List[Prompt]:
     kinds = list(CHAT_TURN2)
     return [Prompt(id=f"builtin/chat/{key}", task="chat", category=kinds[i % len(kinds)],
                    turns=(CHAT_TURN1.format(subject=_subject(title)), CHAT_TURN2[kinds[i % len(kinds)]]),
                    source="builtin")
-            for i, (key, title, _) in enumerate(_spread(documents(), limit))]
+            for i, (key, title, _) in enumerate(_spread(documents(), limit, skip))]
 
 
-def _translations(limit: int) -> List[Prompt]:
+def _translations(limit: int, skip: int = 0) -> List[Prompt]:
     out = []
-    for key, _, text in _spread(documents(), limit):
+    for key, _, text in _spread(documents(), limit, skip):
         prose = [p for p in text.split("\n\n")[1:] if _is_prose(p)]
         if prose:
             paragraph = " ".join(" ".join(prose[:2]).split())[:700]
@@ -165,10 +175,10 @@ def functions(min_lines: int = 12, max_lines: int = 45) -> List[Tuple[str, str, 
     return out
 
 
-def _code(limit: int) -> List[Prompt]:
+def _code(limit: int, skip: int = 0) -> List[Prompt]:
     kinds = list(CODE_EDITS)
     out = []
-    for i, (qualname, source, param) in enumerate(_spread(functions(), limit)):
+    for i, (qualname, source, param) in enumerate(_spread(functions(), limit, skip)):
         kind = kinds[i % len(kinds)]
         edit = CODE_EDITS[kind].format(param=param, new=f"new_{param}")
         out.append(Prompt(id=f"builtin/code/{qualname}", task="code", category=kind,

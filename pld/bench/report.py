@@ -22,6 +22,8 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any, Dict, Iterable, List, Sequence, Tuple
 
+from .jsonl import read_jsonl
+
 TASK_ORDER = ("summarization", "rag", "long", "chat", "code", "translation")
 SAME_KERNEL_GREEDY = "greedy_onednn"
 
@@ -48,10 +50,15 @@ class Summary:
 
 
 def read_rows(path: str) -> List[Dict[str, Any]]:
-    if not os.path.exists(path):
+    """The rows of a results file to resume from ([] if there is none): a
+    ValueError naming it and the line if it cannot be read (a run cut off
+    mid-line: pass --fresh)."""
+    if not os.path.lexists(path):
         return []
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+    try:
+        return [row for _, row in read_jsonl(path, "results")]
+    except ValueError as error:
+        raise ValueError(f"{error}; pass --fresh to start the results anew") from None
 
 
 def _label(row: Dict[str, Any]) -> str:

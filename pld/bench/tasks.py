@@ -17,11 +17,12 @@ copies least. Three sources:
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+
+from .jsonl import read_jsonl
 
 #: task name -> what it measures
 TASKS: Dict[str, str] = {
@@ -98,32 +99,46 @@ def balanced(prompts: Iterable[Prompt], tasks: Sequence[str], limit: int,
     return out
 
 
-def spec_bench(path: str, tasks: Sequence[str]) -> List[Prompt]:
-    """Prompts from a Spec-Bench ``question.jsonl`` (question_id, category,
-    turns); categories map to tasks by :data:`SPEC_BENCH_TASKS`."""
+def spec_bench_questions(path: str) -> List[Tuple[str, str, Tuple[str, ...]]]:
+    """(question id, category, turns) of each line of a Spec-Bench
+    ``question.jsonl``: a ValueError naming the file, the line and the
+    field where one is not as Spec-Bench writes it (question_id an int or
+    a string, category a string, turns a non-empty list of strings), or
+    the file cannot be read (pld.bench.jsonl)."""
     out = []
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            q = json.loads(line)
-            task = SPEC_BENCH_TASKS.get(q["category"])
-            if task not in tasks:
-                continue
-            turns = tuple(q["turns"][:2] if task == "chat" else q["turns"][:1])
-            out.append(Prompt(id=f"spec-bench/{q['question_id']}", task=task,
-                              category=q["category"], turns=turns, source="spec-bench"))
-    if "long" in tasks:
-        out.extend(long_prompts(path))
+    for number, q in read_jsonl(path, "data"):
+        where = f"data: {path} line {number}"
+        qid, category, turns = q.get("question_id"), q.get("category"), q.get("turns")
+        if isinstance(qid, bool) or not isinstance(qid, (int, str)):
+            raise ValueError(f"{where}: question_id must be an int or a string, got {qid!r}")
+        if not isinstance(category, str):
+            raise ValueError(f"{where}: category must be a string, got {category!r}")
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
+            raise ValueError(f"{where}: turns must be a non-empty list of strings, got {turns!r}"[:300])
+        out.append((str(qid), category, tuple(turns)))
     return out
 
 
-def long_prompts(path: str) -> List[Prompt]:
-    """Spec-Bench's summarization articles joined into longer prompts
-    (:func:`joined`)."""
-    with open(path, encoding="utf-8") as fh:
-        articles = [q["turns"][0] for q in map(json.loads, filter(str.strip, fh))
-                    if q.get("category") == "summarization"]
+def spec_bench(path: str, tasks: Sequence[str]) -> List[Prompt]:
+    """Prompts from a Spec-Bench ``question.jsonl`` (question_id, category,
+    turns; read by :func:`spec_bench_questions`); categories map to tasks by
+    :data:`SPEC_BENCH_TASKS`."""
+    questions = spec_bench_questions(path)
+    out = []
+    for qid, category, turns in questions:
+        task = SPEC_BENCH_TASKS.get(category)
+        if task in tasks:
+            out.append(Prompt(id=f"spec-bench/{qid}", task=task, category=category,
+                              turns=turns[:2] if task == "chat" else turns[:1], source="spec-bench"))
+    if "long" in tasks:
+        out.extend(long_prompts(questions))
+    return out
+
+
+def long_prompts(questions: Sequence[Tuple[str, str, Tuple[str, ...]]]) -> List[Prompt]:
+    """Spec-Bench's summarization articles (of :func:`spec_bench_questions`)
+    joined into longer prompts (:func:`joined`)."""
+    articles = [turns[0] for _, category, turns in questions if category == "summarization"]
     articles = [a.split(":", 1)[1].strip() if a.startswith("Summarize:") else a for a in articles]
     return joined(articles, "spec-bench")
 
@@ -131,7 +146,9 @@ def long_prompts(path: str) -> List[Prompt]:
 def joined(documents: Sequence[str], source: str) -> List[Prompt]:
     """Prompts of the task ``long``: ``documents`` joined, one prompt of each
     size of :data:`LONG_SIZES` in turn; prompt i takes documents from the
-    (5 i)-th on, whole, until its size is reached."""
+    (5 i)-th on, whole, until its size is reached (empty documents left
+    out)."""
+    documents = [d for d in documents if d]
     out: List[Prompt] = []
     for i in range(len(documents) // 5):
         for size, chars in LONG_SIZES.items():
@@ -189,7 +206,8 @@ def load(source: str, tasks: Sequence[str], limit: int, data: str = "",
     if source == "builtin":
         from . import builtin_tasks
 
-        found = builtin_tasks.prompts(tasks, skip + limit)
+        # (the skip is the builtin set's own: the prompts --limit skip gives are left out)
+        return balanced(builtin_tasks.prompts(tasks, limit, skip), tasks, limit)
     elif source == "spec-bench":
         if not data:
             raise ValueError("data: the spec-bench source needs --data PATH to a question.jsonl "
