@@ -12,7 +12,11 @@ def main() -> int:
     import importlib
 
     command = sys.argv[1]
-    return importlib.import_module(commands[command]).main(sys.argv[2:]) or 0
+    try:
+        return importlib.import_module(commands[command]).main(sys.argv[2:]) or 0
+    except ValueError as error:  # a bad option or input file: the message names it
+        print(f"python -m pld {command}: error: {error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

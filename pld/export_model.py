@@ -9,25 +9,51 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import shutil
+import tempfile
 from typing import Any, List, Optional
 
 
 def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> str:
     """Write ``model`` (None: the embedded one; else as pld.models.load
-    takes it) to ``folder`` in ``dtype``; the folder's path. A folder that
-    exists must be empty (ValueError naming it)."""
-    if os.path.exists(folder) and (not os.path.isdir(folder) or os.listdir(folder)):
-        raise ValueError(f"export-model: {folder!r} exists and is not an empty folder")
+    takes it) to ``folder`` in ``dtype``; the folder's path. The folder is
+    checked before the model loads (ValueError naming it): new, in a
+    folder that exists, or an empty folder. The model is written to a
+    hidden folder beside it, renamed to ``folder`` when complete: an
+    export cut short leaves no folder that looks done."""
+    target = _checked_folder(folder)
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"export-model: dtype must be float32, bfloat16 or float16, got {dtype!r}")
     from .models import load
 
     loaded, tokenizer = load(model, dtype=dtype)
     plain = plain_copy(loaded)
-    os.makedirs(folder, exist_ok=True)
-    plain.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return os.path.abspath(folder)
+    parent, name = os.path.split(target)
+    work = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    try:
+        plain.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+        if os.path.isdir(target):
+            os.rmdir(target)  # (empty: checked above)
+        os.rename(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return target
+
+
+def _checked_folder(folder: Any) -> str:
+    """``folder`` as an absolute path where export may write: not yet
+    there (its parent a folder), or an empty folder (no link)."""
+    if not isinstance(folder, str) or not folder or "\0" in folder:
+        raise ValueError(f"export-model: expected a folder path, got {folder!r}")
+    target = os.path.abspath(folder)
+    if os.path.lexists(target):
+        if os.path.islink(target) or not os.path.isdir(target) or os.listdir(target):
+            raise ValueError(f"export-model: {folder!r} exists and is not an empty folder")
+    elif not os.path.isdir(os.path.dirname(target)):
+        raise ValueError(f"export-model: {os.path.dirname(target)!r}, where {folder!r} would go, is not a folder")
+    return target
 
 
 def plain_copy(loaded: Any) -> Any:

@@ -266,8 +266,9 @@ def test_corpus_stream_order_limit_skip(questions):
     assert corpus_stream.stream(questions, 2) == _expected_stream(2, 0)
     assert [qid for _, qid, _ in corpus_stream.stream(questions, 1, skip=1)] == ["w2", "t2", "s2", "q2", "m2", "r2"]
     assert [qid for _, qid, _ in corpus_stream.stream(questions, 5, skip=2)] == ["w3", "w4", "t3", "r3"]
-    assert corpus_stream.stream(questions, 0) == []
     assert corpus_stream.stream(questions, 3, skip=4) == []
+    with pytest.raises(ValueError, match="limit"):  # (an empty run that overwrote the last one's files)
+        corpus_stream.stream(questions, 0)
 
 
 def _crow(place, category, method, new, forwards, seconds, identical=True):

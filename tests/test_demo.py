@@ -38,5 +38,6 @@ def test_the_demo_reports_the_median_of_alternating_pairs(capsys):
     assert "identical text:        yes" in out
     assert "(median of 2)" in out
     assert "median of 2 alternating pairs" in out and "plain runs" in out
-    with pytest.raises(SystemExit, match="--repeats"):
+    with pytest.raises(SystemExit, match="2"):  # argparse's usage error, before the model loads
         demo.main(["--max-new-tokens", "4", "--repeats", "0"])
+    assert "--repeats: expected an integer >= 1, got 0" in capsys.readouterr().err

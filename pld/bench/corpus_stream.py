@@ -31,6 +31,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from . import tasks as task_sources
+from .options import DTYPES, at_least
 
 #: Spec-Bench's six categories in stream order (its eight MT-Bench
 #: categories are the multi-turn conversation set)
@@ -47,30 +48,29 @@ METHODS = ("none", "none_again", "corpus")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="", help="the spec-bench question.jsonl (default: found as for generation)")
-    p.add_argument("--limit", type=int, default=8, help="prompts per category (default 8)")
-    p.add_argument("--skip", type=int, default=0, help="prompts per category to pass over first")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--num-pred-tokens", type=int, default=10)
+    p.add_argument("--limit", type=at_least(1), default=8, help="prompts per category (default 8)")
+    p.add_argument("--skip", type=at_least(0), default=0, help="prompts per category to pass over first")
+    p.add_argument("--max-new-tokens", type=at_least(1), default=128)
+    p.add_argument("--num-pred-tokens", type=at_least(1), default=10)
     p.add_argument("--drafts", choices=("linear", "tree"), default="linear")
     p.add_argument("--max-tokens", type=int, default=1 << 22, help="the corpus's max_tokens")
-    p.add_argument("--window", type=int, default=4, help="calls in the plot's moving mean (default 4)")
+    p.add_argument("--window", type=at_least(1), default=4, help="calls in the plot's moving mean (default 4)")
     p.add_argument("--model", default=None)
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--threads", type=at_least(0), default=0)
     p.add_argument("--out", default="bench-out")
 
 
 def stream(path: str, limit: int, skip: int = 0) -> List[Tuple[str, str, str]]:
     """(category, question id, first turn) of the stream, in order."""
+    if limit < 1 or skip < 0:
+        raise ValueError(f"limit, skip: expected limit >= 1 and skip >= 0, got {limit} and {skip}")
     items: Dict[str, List[Tuple[str, str]]] = {name: [] for name, _ in CATEGORIES}
     of = {c: name for name, cats in CATEGORIES for c in cats}
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if line.strip():
-                q = json.loads(line)
-                if q["category"] in of:
-                    items[of[q["category"]]].append((str(q["question_id"]), q["turns"][0]))
+    for qid, category, turns in task_sources.spec_bench_questions(path):
+        if category in of:
+            items[of[category]].append((qid, turns[0]))
     return [(name, qid, text) for name, _ in CATEGORIES for qid, text in items[name][skip:skip + limit]]
 
 

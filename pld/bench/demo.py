@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import os
 import platform
 import sys
 import time
 from typing import Any, List, Optional
+
+from .options import DTYPES, at_least
 
 DEFAULT_TASK = (
     "Here is a Python function:\n\n```python\n{code}```\n\n"
@@ -90,9 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None,
                         help="a local folder, a .gguf file, or a Hub id (default: the embedded SmolLM2-135M-Instruct)")
     parser.add_argument("--prompt-file", default=None, help="read the prompt from this file")
-    parser.add_argument("-k", "--num-pred-tokens", type=int, default=10, help="draft length (default 10)")
-    parser.add_argument("--max-ngram", type=int, default=3, help="largest n-gram to match (default 3)")
-    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("-k", "--num-pred-tokens", type=at_least(1), default=10, help="draft length (default 10)")
+    parser.add_argument("--max-ngram", type=at_least(1), default=3, help="largest n-gram to match (default 3)")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=256)
     parser.add_argument("--drafts", default="linear", type=_drafts,
                         help="'linear' (one draft a step, the default), 'tree' (a token tree of "
                              "several under a width budget), or draft sources by name, comma-separated: "
@@ -100,11 +103,31 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--dtype", default="float32", choices=DTYPES)
+    parser.add_argument("--repeats", type=at_least(1), default=3,
                         help="pairs of plain and pld runs, alternating (default 3): the median speedup, "
                              "its spread, and whether the machine was too busy to tell")
     return parser
+
+
+#: the longest prompt file read (bytes)
+MAX_PROMPT_BYTES = 16 << 20
+
+
+def read_prompt(path: str) -> str:
+    """The prompt in ``path``: a regular UTF-8 text file of at most
+    MAX_PROMPT_BYTES (a ValueError naming --prompt-file otherwise; read
+    before the model loads)."""
+    if not os.path.isfile(path):
+        raise ValueError(f"--prompt-file: {path!r} is not a regular file")
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_PROMPT_BYTES + 1)
+    if len(raw) > MAX_PROMPT_BYTES:
+        raise ValueError(f"--prompt-file: {path!r} is longer than {MAX_PROMPT_BYTES} bytes")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"--prompt-file: {path!r} is not UTF-8 text ({error.reason})") from None
 
 
 def _print_setup(args: argparse.Namespace, input_ids: Any) -> None:
@@ -222,8 +245,6 @@ def _median_of(n: int) -> str:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the demo; 0 when pld's text is greedy's (or --sample), else 1."""
     args = _parser().parse_args(argv)
-    if args.repeats < 1:
-        raise SystemExit(f"python -m pld demo: --repeats must be >= 1, got {args.repeats}")
 
     import torch
 
@@ -231,8 +252,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ..cpu_kernels import LinearKernel
 
     torch.manual_seed(args.seed)
+    prompt = read_prompt(args.prompt_file) if args.prompt_file else default_prompt()
     model, tokenizer = models.load(args.model, dtype=args.dtype)
-    prompt = open(args.prompt_file, encoding="utf-8").read() if args.prompt_file else default_prompt()
     input_ids = build_input_ids(tokenizer, prompt)
     _print_setup(args, input_ids)
     plain, lookup = _plain_and_lookup(args, model, input_ids)

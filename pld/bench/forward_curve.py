@@ -32,6 +32,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import report, shapes
+from .options import at_least, int_list
 
 SHOWN = (2, 4, 8, 16, 32, 64)  # the widths the table shows
 
@@ -42,10 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: embedded)")
     p.add_argument("--dtype", default="float32", help="dtype of a model without @DTYPE (default float32)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
-    p.add_argument("--contexts", default="1024,4096,16384", help="context lengths (default %(default)s)")
-    p.add_argument("--widths", default="1,2,3,4,6,8,12,16,24,32,48,64",
+    p.add_argument("--contexts", type=int_list(1), default="1024,4096,16384",
+                   help="context lengths (default %(default)s)")
+    p.add_argument("--widths", type=int_list(1), default="1,2,3,4,6,8,12,16,24,32,48,64",
                    help="the widths timed, from 1 (default %(default)s)")
-    p.add_argument("--repeats", type=int, default=7, help="timings a width (median; default 7)")
+    p.add_argument("--repeats", type=at_least(1), default=7, help="timings a width (median; default 7)")
     p.add_argument("--no-calibration", action="store_true", help="skip pld's own calibration")
     p.add_argument("--out", default=os.path.join("bench-out", "forward-cost"))
 
@@ -162,7 +164,7 @@ def _one_model(name: Optional[str], dtype: str, label: str, args: argparse.Names
 
     model, _, described = shapes.load_model(name, dtype, device)
     wait = forward_cost.waiter(device)
-    widths = sorted({1, *(int(w) for w in args.widths.split(",") if w.strip())})
+    widths = sorted({1, *args.widths})
     out: Dict[str, Any] = {"model": described, "dtype": dtype, "contexts": {}}
     for T in _contexts(args):
         seconds = curve(model, T, widths, args.repeats, wait)
@@ -179,7 +181,7 @@ def _one_model(name: Optional[str], dtype: str, label: str, args: argparse.Names
 
 
 def _contexts(args: argparse.Namespace) -> List[int]:
-    return [int(c) for c in args.contexts.split(",") if c.strip()]
+    return list(args.contexts)
 
 
 def _row(label: str, T: int, cell: Dict[str, Any]) -> str:

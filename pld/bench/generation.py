@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import methods as registry
 from . import tasks as task_sources
+from .options import DTYPES, at_least
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", choices=task_sources.SOURCES, default="builtin",
@@ -38,24 +39,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    f"${task_sources.SPEC_BENCH_ENV}, else {task_sources.SPEC_BENCH_RELATIVE} "
                    "in the working directory or a parent)")
     p.add_argument("--tasks", default="all", help=f"'all' or some of {','.join(task_sources.TASKS)}")
-    p.add_argument("--limit", type=int, default=10, help="prompts per task (default 10)")
+    p.add_argument("--limit", type=at_least(1), default=10, help="prompts per task (default 10)")
     p.add_argument("--batch-size", type=int, default=1,
                    help="prompts a generation (default 1); B > 1 compares batched greedy with batched "
                         "pld at the same B (pld.bench.batch; first turns only)")
-    p.add_argument("--skip", type=int, default=0,
+    p.add_argument("--skip", type=at_least(0), default=0,
                    help="prompts per task to pass over first (default 0): fit on one set, report another")
     p.add_argument("--methods", default="default",
                    help="'default', 'all' or names from: " + ", ".join(registry.REGISTRY))
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=at_least(1), default=64)
     p.add_argument("--prompt-chars", type=int, default=0,
                    help="cut each user turn to its first N characters, for a quick run (default 0: whole)")
-    p.add_argument("--num-pred-tokens", type=int, default=10, help="draft length k (default 10)")
-    p.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched (default 3)")
+    p.add_argument("--num-pred-tokens", type=at_least(1), default=10, help="draft length k (default 10)")
+    p.add_argument("--max-ngram", type=at_least(1), default=3, help="largest n-gram matched (default 3)")
     p.add_argument("--model", default=None, help="a local folder, a .gguf file or a Hub id "
                    "(default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
-    p.add_argument("--dtype", default="float32", help="float32, float16, bfloat16")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--out", default="bench-out", help="folder for results.jsonl, tables and plots")
     p.add_argument("--fresh", action="store_true", help="start over instead of resuming OUT/results.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

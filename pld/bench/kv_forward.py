@@ -18,15 +18,16 @@ import time
 from typing import Dict, List
 
 from .lookup import machine_info, versions
+from .options import at_least, int_list
 
 CONTEXTS = (700, 3000)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--contexts", default=",".join(map(str, CONTEXTS)),
+    p.add_argument("--contexts", type=int_list(1), default=",".join(map(str, CONTEXTS)),
                    help="comma-separated context lengths (default %(default)s)")
-    p.add_argument("--reps", type=int, default=30, help="forwards per cache and context (default 30)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--reps", type=at_least(1), default=30, help="forwards per cache and context (default 30)")
+    p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--model", default=None, help="a .gguf file or model folder (default: the embedded model)")
     p.add_argument("--out", default=os.path.join("bench-out", "kv-forward"))
 
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    contexts = [int(c) for c in args.contexts.split(",") if c.strip()]
+    contexts = list(args.contexts)
     model, _ = models.load(args.model)
     torch.manual_seed(0)
     m, v = machine_info(), versions()

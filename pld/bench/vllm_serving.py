@@ -460,6 +460,13 @@ def run(args: argparse.Namespace) -> int:
     for name, low in (("stream_limit", 1), ("limit", 1), ("single", 0), ("skip", 0), ("max_new_tokens", 1),
                       ("k", 1), ("concurrency", 0), ("kv_cache_bytes", 1)):
         check_size("--" + name.replace("_", "-"), getattr(args, name), low, 1 << 40)
+    if parts & {"engine", "replay"}:  # (checked before the drafter's timing and the model's export)
+        from .tasks import parse_tasks
+
+        parse_tasks(args.tasks)
+    unknown = [m for m in args.methods.split(",") if m and m not in METHODS]
+    if unknown:
+        raise ValueError(f"--methods: unknown method(s) {unknown}; known: {', '.join(METHODS)}")
     drafter = drafter_times(args.k) if "drafter" in parts else []
     rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
     replayed = replay_rows(args) if "replay" in parts else []
