@@ -261,6 +261,15 @@ def stream_items(args: argparse.Namespace, model: str) -> List[Any]:
     return [(f"stream:{category}", 1, [_chat_ids(tokenizer, text)]) for category, _, text in calls]
 
 
+def known_methods(methods: Sequence[str]) -> List[str]:
+    """``methods``, each one of METHODS (a ValueError naming --methods
+    otherwise)."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"--methods: unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+    return list(methods)
+
+
 def available(methods: Sequence[str]) -> List[str]:
     """The methods this vLLM can run (suffix needs arctic-inference;
     ngram-gpu, vLLM's n-gram drafter on the GPU, a CUDA device and a vLLM
@@ -268,9 +277,7 @@ def available(methods: Sequence[str]) -> List[str]:
     import importlib.util
 
     out = []
-    for m in methods:
-        if m not in METHODS:
-            raise ValueError(f"--methods: unknown method {m!r}; known: {', '.join(METHODS)}")
+    for m in known_methods(methods):
         if m == "suffix" and importlib.util.find_spec("arctic_inference") is None:
             print("suffix: left out (arctic-inference is not installed)")
             continue
@@ -464,9 +471,7 @@ def run(args: argparse.Namespace) -> int:
         from .tasks import parse_tasks
 
         parse_tasks(args.tasks)
-    unknown = [m for m in args.methods.split(",") if m and m not in METHODS]
-    if unknown:
-        raise ValueError(f"--methods: unknown method(s) {unknown}; known: {', '.join(METHODS)}")
+    known_methods(args.methods.split(","))
     drafter = drafter_times(args.k) if "drafter" in parts else []
     rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
     replayed = replay_rows(args) if "replay" in parts else []
