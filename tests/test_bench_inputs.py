@@ -167,6 +167,8 @@ def test_an_export_cut_short_leaves_no_folder_that_looks_done(tmp_path, monkeypa
     (["demo", "--dtype", "foo"], "--dtype: invalid choice"),
     (["demo", "--prompt-file", "/dev/zero"], "--prompt-file: '/dev/zero' is not a regular file"),
     (["export-model", ""], "export-model: expected a folder path"),
+    (["bench", "host-time", "--contexts", "1k"], "--contexts: expected an integer, got '1k'"),
+    (["bench", "host-time", "--dtype", "half"], "--dtype: invalid choice"),
 ])
 def test_commands_name_a_bad_option_without_a_traceback(tmp_path, argv, message):
     proc = subprocess.run([sys.executable, "-m", "pld", *argv, *(["--out", str(tmp_path)] if argv[0] == "bench" else [])],

@@ -3,6 +3,7 @@ end (random ids only, so no tokenizer is needed)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -86,13 +87,22 @@ def test_lookup_bench_small_run(tmp_path):
     assert set(mem) == {"512", "2048"}
 
 
-@pytest.mark.parametrize("bad", [["--segment", "0"], ["--steps", "0"], ["--batch", "0"]])
-def test_lookup_bench_refuses_bad_sizes(tmp_path, bad, capsys):
+@pytest.mark.parametrize("bad, message", [
+    (["--segment", "0"], "--segment: expected an integer >= 1"),
+    (["--steps", "0"], "--steps: expected an integer >= 1"),
+    (["--batch", "0"], "--batch: expected an integer >= 1"),
+    (["--sizes", "8"], "--sizes: expected an integer >= 16"),
+    (["--sizes", "abc"], "--sizes: expected an integer, got 'abc'"),
+    (["--sizes", ","], "--sizes: expected a comma-separated list"),
+])
+def test_lookup_bench_refuses_bad_sizes(tmp_path, bad, message, capsys):
     from pld.bench.__main__ import main
 
     argv = ["lookup", "--sizes", "512", "--stream", "random", "--out", str(tmp_path)] + bad
-    assert main(argv) == 2
-    assert "must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2 and message in capsys.readouterr().err
+    assert not os.listdir(tmp_path)
 
 
 def test_reserve_is_what_the_bench_relies_on():

@@ -24,7 +24,7 @@ import statistics
 from typing import Any, Dict, List
 
 from . import methods as registry
-from . import report, shapes
+from . import options, report, shapes
 from . import tasks as task_sources
 
 METHODS = "greedy,transformers,pld,pld_tree"
@@ -32,11 +32,11 @@ METHODS = "greedy,transformers,pld,pld_tree"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="a folder, a .gguf or shape:NAME (default: the embedded model)")
-    p.add_argument("--dtype", default="float32")
+    p.add_argument("--dtype", default="float32", choices=options.DTYPES)
     p.add_argument("--device", default="auto", help="cpu, cuda, ... (default: cuda when available)")
-    p.add_argument("--contexts", default="1024,16384", help="prompt lengths in tokens (default %(default)s)")
-    p.add_argument("--prompts", type=int, default=3, help="prompts a context (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--contexts", type=options.int_list(16), default=[1024, 16384], help="comma-separated prompt lengths in tokens (default 1024,16384)")
+    p.add_argument("--prompts", type=options.at_least(1), default=3, help="prompts a context (default 3)")
+    p.add_argument("--max-new-tokens", type=options.at_least(1), default=128)
     p.add_argument("--methods", default=METHODS, help=f"methods of pld.bench.methods (default {METHODS})")
     p.add_argument("--source", choices=("spec-bench", "builtin"), default="spec-bench",
                    help="where the documents come from (default spec-bench; builtin when it is missing)")
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     generators = registry.build(chosen, setup)
     meter = ForwardMeter(model, device)
     results: Dict[int, Dict[str, List[Dict[str, float]]]] = {}
-    for T in [int(c) for c in args.contexts.split(",") if c.strip()]:
+    for T in args.contexts:
         prompts = [_prompt(tokenizer, model, texts, T, i).to(device) for i in range(args.prompts + 1)]
         for fn in generators.values():
             fn(prompts[-1])  # warm-up at this context (and pld's calibration)

@@ -79,6 +79,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 import numpy as np
 
 from ..config import POLICIES
+from . import options
 
 DEFAULT_SIZES = (512, 2048, 8192, 32768, 131072, 1048576)
 QUICK_SIZES = (512, 2048, 8192)
@@ -98,19 +99,19 @@ CORPUS_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--sizes", type=str, default=None,
+    p.add_argument("--sizes", type=options.int_list(16), default=None,
                    help="comma-separated context lengths (default: %s)"
                    % ",".join(map(str, DEFAULT_SIZES)))
-    p.add_argument("--repeats", type=int, default=60,
+    p.add_argument("--repeats", type=options.at_least(1), default=60,
                    help="max timed batches per one-shot cell (default 60)")
     p.add_argument("--budget", type=float, default=2.5,
                    help="max seconds per one-shot cell (default 2.5; >= 3 calls always)")
-    p.add_argument("--steps", type=int, default=20000,
+    p.add_argument("--steps", type=options.at_least(1), default=20000,
                    help="index steps timed per cell (default 20000)")
-    p.add_argument("--segment", type=int, default=4000,
+    p.add_argument("--segment", type=options.at_least(1), default=4000,
                    help="steps per round: the context runs from L to L + segment and is "
                    "truncated back (default 4000)")
-    p.add_argument("--batch", type=int, default=500,
+    p.add_argument("--batch", type=options.at_least(1), default=500,
                    help="index steps per timed batch (default 500)")
     p.add_argument("--stream", choices=("real", "random", "both"), default="both")
     p.add_argument("--quick", action="store_true",
@@ -120,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the tracemalloc estimate of the dict index's memory")
     p.add_argument("--dict-memory-max", type=int, default=131072,
                    help="largest L for the dict memory estimate (default 131072)")
-    p.add_argument("--checks", type=int, default=3,
+    p.add_argument("--checks", type=options.at_least(0), default=3,
                    help="agreement-checked steps per L (default 3)")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch intra-op threads for the torch baselines (default 1: a "
@@ -136,10 +137,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", action="store_true",
                    help="run the corpus lookup table instead (pld.Corpus.propose_tree per corpus "
                    "size; see above)")
-    p.add_argument("--corpus-sizes", type=str, default=None,
+    p.add_argument("--corpus-sizes", type=options.int_list(100), default=None,
                    help="comma-separated corpus sizes in tokens (default %s)"
                    % ",".join(map(str, CORPUS_SIZES)))
-    p.add_argument("--corpus-calls", type=int, default=3000,
+    p.add_argument("--corpus-calls", type=options.at_least(1), default=3000,
                    help="timed propose_tree calls per corpus size (default 3000)")
 
 
@@ -586,12 +587,10 @@ class _Run(NamedTuple):
 def run(args: argparse.Namespace) -> int:
     """`python -m pld bench lookup`: time every method per stream and
     context length, print the report and write table.md, results.json and
-    lookup.png into --out. Returns 0, or 2 on bad --sizes/--steps/--segment/--batch."""
+    lookup.png into --out. Returns 0."""
     if getattr(args, "corpus", False):
         return run_corpus(args)
     plan = _plan(args)
-    if plan is None:
-        return 2
     os.makedirs(args.out, exist_ok=True)
 
     try:
@@ -634,27 +633,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(args: argparse.Namespace) -> Optional[_Plan]:
+def _plan(args: argparse.Namespace) -> _Plan:
     """The sizes (sorted, distinct) and counts the options ask for:
     --quick caps steps, repeats and budget; the segment is at most the
     steps, which round up to whole rounds of it; a batch is at most a
-    segment. None, after saying why on stderr, when a size is < 16 or
-    --steps, --segment or --batch is < 1."""
+    segment. (argparse has checked each number's bound.)"""
     if args.sizes:
-        sizes = sorted({int(s) for s in args.sizes.replace(" ", "").split(",") if s})
+        sizes = sorted(set(args.sizes))
     elif args.quick:
         sizes = list(QUICK_SIZES)
     else:
         sizes = list(DEFAULT_SIZES)
-    if not sizes or sizes[0] < 16:
-        print("--sizes: every size must be >= 16", file=sys.stderr)
-        return None
     steps, batch, repeats, budget = args.steps, args.batch, args.repeats, args.budget
     if args.quick:
         steps, repeats, budget = min(steps, 2000), min(repeats, 10), min(budget, 0.3)
-    if steps < 1 or args.segment < 1 or batch < 1:
-        print("--steps, --segment and --batch must be >= 1", file=sys.stderr)
-        return None
     segment = min(args.segment, steps)
     rounds = -(-steps // segment)
     steps = rounds * segment
@@ -1031,15 +1023,8 @@ def corpus_table(rows: Sequence[Dict]) -> str:
 def run_corpus(args: argparse.Namespace) -> int:
     """`python -m pld bench lookup --corpus`: the corpus lookup table (see the
     module's docstring); prints it and writes corpus.md and corpus.json into
-    --out. Returns 0, or 2 on bad --corpus-sizes/--corpus-calls."""
-    try:
-        sizes = sorted({int(x) for x in (args.corpus_sizes or "").replace(" ", "").split(",") if x}) \
-            if args.corpus_sizes else list(CORPUS_SIZES)
-    except ValueError:
-        sizes = []
-    if not sizes or sizes[0] < 100 or args.corpus_calls < 1:
-        print("--corpus-sizes: sizes >= 100 (comma-separated); --corpus-calls >= 1", file=sys.stderr)
-        return 2
+    --out. Returns 0."""
+    sizes = sorted(set(args.corpus_sizes)) if args.corpus_sizes else list(CORPUS_SIZES)
     os.makedirs(args.out, exist_ok=True)
     info = {"machine": machine_info(), "versions": versions(),
             "config": {"sizes": sizes, "calls": args.corpus_calls, "seed": args.seed,
