@@ -17,8 +17,9 @@ from typing import Any, List, Optional
 def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> str:
     """Write ``model`` (None: the embedded one; else as pld.models.load
     takes it) to ``folder`` in ``dtype``; the folder's path. The folder is
-    checked before the model loads (ValueError naming it): new, in a
-    folder that exists, or an empty folder. The model is written to a
+    checked before the model loads (ValueError naming it): new (missing
+    parent folders are made, as ``save_pretrained`` makes them), or an
+    empty folder; never a link, nor under a file. The model is written to a
     hidden folder beside it, renamed to ``folder`` when complete: an
     export cut short leaves no folder that looks done."""
     target = _checked_folder(folder)
@@ -29,6 +30,10 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
     loaded, tokenizer = load(model, dtype=dtype)
     plain = plain_copy(loaded)
     parent, name = os.path.split(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:  # (a file took a folder's name since the check)
+        raise ValueError(f"export-model: cannot make {parent!r}, where {folder!r} would go: {exc}") from None
     work = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
     try:
         plain.save_pretrained(work)
@@ -44,15 +49,20 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
 
 def _checked_folder(folder: Any) -> str:
     """``folder`` as an absolute path where export may write: not yet
-    there (its parent a folder), or an empty folder (no link)."""
+    there (the nearest existing folder above it a folder, not a file or a
+    link to one), or an empty folder (no link)."""
     if not isinstance(folder, str) or not folder or "\0" in folder:
         raise ValueError(f"export-model: expected a folder path, got {folder!r}")
     target = os.path.abspath(folder)
     if os.path.lexists(target):
         if os.path.islink(target) or not os.path.isdir(target) or os.listdir(target):
             raise ValueError(f"export-model: {folder!r} exists and is not an empty folder")
-    elif not os.path.isdir(os.path.dirname(target)):
-        raise ValueError(f"export-model: {os.path.dirname(target)!r}, where {folder!r} would go, is not a folder")
+    else:
+        above = os.path.dirname(target)
+        while not os.path.lexists(above):
+            above = os.path.dirname(above)
+        if not os.path.isdir(above):
+            raise ValueError(f"export-model: {above!r}, where {folder!r} would go, is not a folder")
     return target
 
 

@@ -110,7 +110,7 @@ def test_number_options_are_usage_errors():
             parse(text)
 
 
-@pytest.mark.parametrize("kind", ["file", "full", "link", "no-parent", "nul", "empty"])
+@pytest.mark.parametrize("kind", ["file", "full", "link", "under-a-file", "nul", "empty"])
 def test_export_model_checks_the_folder_before_loading(tmp_path, monkeypatch, kind):
     monkeypatch.setattr("pld.models.load", lambda *a, **k: pytest.fail("the model was loaded"))
     folder = str(tmp_path / "out")
@@ -121,8 +121,9 @@ def test_export_model_checks_the_folder_before_loading(tmp_path, monkeypatch, ki
         open(os.path.join(folder, "x"), "w").close()
     elif kind == "link":
         os.symlink(str(tmp_path / "nowhere"), folder)
-    elif kind == "no-parent":
-        folder = str(tmp_path / "missing" / "out")
+    elif kind == "under-a-file":
+        open(tmp_path / "file", "w").close()
+        folder = str(tmp_path / "file" / "missing" / "out")
     elif kind == "nul":
         folder = "out\0"
     elif kind == "empty":
@@ -141,6 +142,16 @@ class _Saved:
         if self.interrupt:
             raise KeyboardInterrupt
         open(os.path.join(folder, self.name), "w").close()
+
+
+def test_an_export_makes_the_folders_above_it(tmp_path, monkeypatch):
+    """As `bench vllm`'s default cache (~/.cache/pld/smollm2-hf) needs on a fresh machine."""
+    monkeypatch.setattr("pld.models.load", lambda *a, **k: (None, _Saved("tokenizer.json")))
+    monkeypatch.setattr(export_model, "plain_copy", lambda loaded: _Saved("config.json"))
+    folder = tmp_path / "cache" / "pld" / "model"
+    assert export_model.export(str(folder)) == str(folder)
+    assert sorted(os.listdir(folder)) == ["config.json", "tokenizer.json"]
+    assert os.listdir(tmp_path / "cache" / "pld") == ["model"]
 
 
 @pytest.mark.parametrize("cut_short", [False, True])
