@@ -375,6 +375,8 @@ class TransformersAdapter:
         self._kernel_mode = linear_kernel
         if hasattr(cache, "activate_past_recording"):
             cache.activate_past_recording()
+        #: whether a layer records its past until a crop (5.x sliding-window and linear-attention layers)
+        self._records_past = any(getattr(layer, "record_past", False) for layer in getattr(cache, "layers", ()))
 
     @contextlib.contextmanager
     def kernels(self) -> Iterator[None]:
@@ -433,6 +435,11 @@ class TransformersAdapter:
         drop = self.cached - n
         if drop > 0:  # (crop(0) empties a 4.57 cache)
             self.cache.crop(-drop)
+        elif self._records_past:
+            # a crop after every forward, as transformers' assisted decoding does: layers that record
+            # their past trim it to what the next forward needs (5.17's sliding-window layer returns
+            # more keys than its mask covers without one)
+            self.cache.crop(0)
         self.cached = n
         self._check_held(n)
 

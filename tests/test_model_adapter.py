@@ -195,3 +195,35 @@ def test_truncation_crops_from_the_end_on_this_release():
     assert adapter.cache.get_seq_length() == 5
     assert torch.allclose(got, want, atol=1e-5)
 
+
+
+def test_a_cache_that_records_its_past_is_cropped_after_every_step():
+    """transformers 5.x's sliding-window layers (and linear-attention ones)
+    keep all that each forward adds until a crop. The adapter crops after
+    every step, one whose tokens were all kept (``crop(0)``) included, as
+    transformers' assisted decoding does: a sliding layer then holds one
+    window, and the next forward's logits are the model's. (Under 5.17 a
+    sliding layer not cropped returns more keys than its mask covers: a
+    shape error in the next forward.)"""
+    import torch
+    from transformers import DynamicCache
+
+    from pld.bench import arch_zoo
+    from pld.hf_adapter import TransformersAdapter
+
+    model = arch_zoo.tiny_arch_model("mistral")
+    cache = DynamicCache(config=model.config)
+    window = model.config.sliding_window
+    if not any(hasattr(layer, "activate_past_recording") for layer in getattr(cache, "layers", ())):
+        pytest.skip("this transformers release's cache layers do not record their past")
+    ids = torch.tensor([arch_zoo.periodic_prompt(3, 2 * window + 2)])
+    n = ids.shape[1] - 2
+    adapter = TransformersAdapter(model, cache, "torch", check_cache=True)
+    with torch.no_grad():
+        adapter.forward_rows(ids[:, :n], torch.arange(n)[None], torch.ones(1, n, dtype=torch.long), 1)
+        adapter.truncate_cache(n)  # every token kept
+        sliding = [layer for layer in cache.layers if getattr(layer, "is_sliding", False)]
+        assert sliding and all(layer.keys.shape[-2] < window for layer in sliding)
+        got = adapter.forward_rows(ids[:, n:], torch.arange(n, n + 2)[None], torch.ones(1, n + 2, dtype=torch.long), 2)
+        want = model(ids).logits[:, -2:]
+    assert torch.allclose(got, want, atol=1e-5)
