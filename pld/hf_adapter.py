@@ -111,6 +111,9 @@ def _probe(model: Any) -> ModelTraits:
         reason = ("its cache cannot be cropped back to the accepted tokens (a layer keeps a recurrent "
                   "or convolutional state)")
         return ModelTraits(argument, keep, reason, reason)
+    reason = _check_wide_forward(model, argument, ids)
+    if reason is not None:
+        return ModelTraits(argument, keep, reason, reason)
     layout_reason, kinds = attention_layout(model.config, keep_sliding=True)
     traits = ModelTraits(argument, keep, None, layout_reason, kinds or ((FULL, None),))
     if layout_reason is None:
@@ -180,6 +183,30 @@ def _find_cache_argument(model: Any, ids: torch.Tensor) -> Tuple[Optional[str], 
                 break  # this keyword is not the cache's
             return name, keep and out.logits.shape[1] == 1, getattr(cache, "is_croppable", True)
     return None, False, False
+
+
+def _check_wide_forward(model: Any, argument: str, ids: torch.Tensor) -> Optional[str]:
+    """None when a forward over 3 tokens after 3 cached ones (what a
+    draft's verification is) gives the logits of one forward over all 6 in
+    transformers' own cache; else what went wrong (transformers 5.10's
+    glm_moe_dsa fails it with a shape error, as its own prompt lookup
+    does)."""
+    positions = torch.arange(6, device=ids.device)[None]
+    ones = torch.ones_like(ids)
+    try:
+        reference = model(input_ids=ids, attention_mask=ones, position_ids=positions, use_cache=True,
+                          **{argument: dynamic_cache(model)}).logits[0, -3:]
+        cache = dynamic_cache(model)
+        model(input_ids=ids[:, :3], attention_mask=ones[:, :3], position_ids=positions[:, :3], use_cache=True,
+              **{argument: cache})
+        got = model(input_ids=ids[:, 3:], attention_mask=ones, position_ids=positions[:, 3:].clone(),
+                    use_cache=True, **{argument: cache}).logits[0, -3:]
+    except Exception as error:  # noqa: BLE001 - any failure of the model's forward is a reason
+        return f"its forward() over 3 tokens after 3 cached ones failed ({_describe(error)})"
+    tolerance = PROBE_TOLERANCE.get(reference.dtype, HALF_TOLERANCE) * max(1.0, float(reference.abs().max()))
+    if bool((got.float() - reference.float()).abs().max() > tolerance):
+        return "its forward() over 3 tokens after 3 cached ones gives other logits than one forward over all 6"
+    return None
 
 
 #: Probe logits agree when they differ by at most this share of the

@@ -160,12 +160,13 @@ def test_every_path_gives_greedy_tokens(model_type, caplog):
 
 def _refused_clearly(model, one, reason, caplog):
     """A model pld's loop cannot serve (stateful, a cache that cannot be
-    cropped, no KV cache): pld.generate says why in a ValueError; under
+    cropped, no KV cache, a verification forward that fails): pld.generate says why in a ValueError; under
     enable() the call is transformers' own (the same tokens, or the same
     error) with one line that says why."""
     import pld
 
-    assert any(word in reason for word in ("stateful", "cropped", "no DynamicCache", "no usable KV cache")), reason
+    assert any(word in reason for word in ("stateful", "cropped", "no DynamicCache", "no usable KV cache",
+                                           "3 tokens after 3 cached ones")), reason
     with pytest.raises(ValueError) as error:
         pld.generate(model, one, max_new_tokens=8)
     assert reason in str(error.value)

@@ -227,3 +227,59 @@ def test_a_cache_that_records_its_past_is_cropped_after_every_step():
         got = adapter.forward_rows(ids[:, n:], torch.arange(n, n + 2)[None], torch.ones(1, n + 2, dtype=torch.long), 2)
         want = model(ids).logits[:, -2:]
     assert torch.allclose(got, want, atol=1e-5)
+
+
+@pytest.mark.parametrize("fault", ["fails", "differs"])
+def test_a_model_whose_verification_forward_is_wrong_is_refused(fault, caplog):
+    """A draft's verification is a forward over several tokens after cached
+    ones. A model whose such forward fails (transformers 5.10's
+    glm_moe_dsa: a shape error, in its own prompt lookup too) or gives other
+    logits than one forward is refused with the reason: pld.generate
+    raises a ValueError naming it, and under pld.enable() generate() goes
+    to transformers' own assisted decoding, as without pld."""
+    import logging
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    import pld
+    from pld.hf_adapter import model_traits
+
+    class WideForwardFault(LlamaForCausalLM):
+        def forward(self, input_ids=None, **kwargs):
+            cache = kwargs.get("cache", kwargs.get("past_key_values"))
+            out = super().forward(input_ids=input_ids, **kwargs)
+            if input_ids is not None and input_ids.shape[1] > 1 and cache is not None \
+                    and cache.get_seq_length() > input_ids.shape[1]:
+                if fault == "fails":
+                    raise RuntimeError("index 44 is out of bounds for dimension 2 with size 41")
+                out.logits = out.logits.flip(-1)
+            return out
+
+    base = mf.tiny_model("llama")
+    model = WideForwardFault(base.config).eval()
+    model.load_state_dict(base.state_dict())
+    model.generation_config = base.generation_config
+    assert "3 tokens after 3 cached ones" in model_traits(model).reason
+    assert model_traits(base).reason is None
+    ids = mf.as_ids(_prompts_for_fault()[0])
+    with pytest.raises(ValueError, match="3 tokens after 3 cached ones"):
+        pld.generate(model, ids, max_new_tokens=8, eos_token_id=None)
+    # (an eos id: 4.57's and 5.0's own prompt lookup fail without one)
+    kw = dict(do_sample=False, max_new_tokens=8, prompt_lookup_num_tokens=4, eos_token_id=mf.PAD)
+
+    def transformers_own():
+        try:
+            with torch.no_grad():
+                return model.generate(ids, **kw).tolist()
+        except RuntimeError as error:
+            return str(error)
+
+    want = transformers_own()
+    with caplog.at_level(logging.WARNING, logger="pld"), pld.enabled():
+        assert transformers_own() == want
+    assert any("3 tokens after 3 cached ones" in r.getMessage() for r in caplog.records if r.name == "pld")
+
+
+def _prompts_for_fault():
+    return [mf.repeated_prompt(random.Random("wide-forward"))]
