@@ -91,9 +91,14 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     if extra:
         return f"model inputs {extra}"
     cache = _generate_cache(model_kwargs)
-    if cache is None or not hasattr(cache, "crop"):
+    if cache is None:
+        if config.use_cache is False:
+            return "use_cache=False"
+        # (transformers 5.0.0 makes no cache for assisted decoding: the model makes its own
+        # DynamicCache, as the loop does)
+    elif not hasattr(cache, "crop"):
         return f"cache {type(cache).__name__} cannot be cropped"
-    if cache.get_seq_length() != 0:
+    elif cache.get_seq_length() != 0:
         return "the cache already holds tokens"
     mask = model_kwargs.get("attention_mask")
     if mask is not None and mask.shape != input_ids.shape:
@@ -138,9 +143,9 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
 
 
 def _run(model: Any, input_ids: torch.Tensor, named: dict, model_kwargs: dict) -> Any:
-    """pld.loop.run with the call's arguments: its options, its cache (an
-    empty plain DynamicCache, generate()'s default, leaves the loop to
-    pick its own), mask, processors, criteria, streamer and pad id."""
+    """pld.loop.run with the call's arguments: its options, its cache (none,
+    or an empty plain DynamicCache, generate()'s default, leaves the loop
+    to pick its own), mask, processors, criteria, streamer and pad id."""
     from transformers import DynamicCache
 
     config = named["generation_config"]

@@ -566,6 +566,29 @@ def test_use_cache_false_behaves_as_transformers(caplog):
     assert len(records) == 1 and "cache" in records[0].getMessage()
 
 
+def test_a_generate_that_makes_no_cache_is_served_natively(caplog, monkeypatch):
+    """transformers 5.0.0 (not 4.57, nor 5.1 and later) makes no cache for
+    assisted decoding: the model makes its own on its first forward. The
+    native loop then makes its own too, and serves the call, exactly."""
+    import pld  # noqa: F401
+
+    model = mf.tiny_model("llama")
+    ids = mf.as_ids(_prompts("nocache-made", 1)[0])
+    want = mf.greedy(model, ids, 24)
+    prepare = type(model)._prepare_cache_for_generation
+
+    def prepare_none(self, *args, **kwargs):
+        prepare(self, *args, **kwargs)
+        made = kwargs["model_kwargs"] if "model_kwargs" in kwargs else args[1]
+        made.pop("cache", None), made.pop("past_key_values", None)
+
+    monkeypatch.setattr(type(model), "_prepare_cache_for_generation", prepare_none)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        assert mf.hf_pld(model, ids, 24, 6) == want
+    assert not _pld_warnings(caplog)
+
+
 # ============================================================ transformers' defaults
 def _generation_config(**kw):
     from transformers import GenerationConfig
