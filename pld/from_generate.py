@@ -26,7 +26,7 @@ import torch
 from transformers.generation import utils as _gen_utils
 
 from . import _renamed, loop
-from .batch_inputs import check_mask
+from .batch_inputs import ROW_WISE_PROCESSORS, check_mask
 from .candidate_generator import PromptLookupCandidateGenerator
 from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
 from .hf_adapter import cache_blocker
@@ -44,6 +44,24 @@ _OUTPUT_CACHE = ("cache" if "cache" in getattr(_gen_utils.GenerateDecoderOnlyOut
                  else "past_key_values")
 # Stopping criteria the loop applies itself (eos and the length budget).
 _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
+# Why a call with the caller's own position_ids goes to plain decoding.
+_OWN_POSITIONS = "position_ids other than the attention mask's"
+# transformers' criteria that decide each row on its own tokens (stop
+# strings) or all rows alike (time), so the loop may apply them row by row
+# in a batch (where an eos id pads a stopped row, as generate() does).
+_BATCHED_CRITERIA = frozenset({"StopStringCriteria", "MaxTimeCriteria"})
+# transformers' processors that are pure functions of (input_ids, scores),
+# row by row: in a batch the loop calls them one row at a time
+# (batch_inputs.RowOfBatch). Any other (SynthID's watermark, classifier-free
+# guidance, one of the caller's) may keep state across calls, and a batch
+# with it goes to transformers' plain decoding.
+STATELESS_PROCESSORS = frozenset({
+    "RepetitionPenaltyLogitsProcessor", "EncoderRepetitionPenaltyLogitsProcessor", "NoRepeatNGramLogitsProcessor",
+    "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "NoBadWordsLogitsProcessor",
+    "SequenceBiasLogitsProcessor", "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
+    "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor", "ExponentialDecayLengthPenalty",
+    "PrefixConstrainedLogitsProcessor", "WatermarkLogitsProcessor",
+})
 
 
 _original: dict = {}
@@ -96,8 +114,8 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
             return "use_cache=False"
         # (transformers 5.0.0 makes no cache for assisted decoding: the model makes its own
         # DynamicCache, as the loop does)
-    elif not hasattr(cache, "crop"):
-        return f"cache {type(cache).__name__} cannot be cropped"
+    elif not hasattr(cache, "get_seq_length"):
+        return f"cache {type(cache).__name__} is not a transformers Cache"
     elif cache.get_seq_length() != 0:
         return "the cache already holds tokens"
     mask = model_kwargs.get("attention_mask")
@@ -108,9 +126,64 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
             check_mask(input_ids, mask)
         except ValueError as error:
             return str(error)
+    position_ids = model_kwargs.get("position_ids")
+    if position_ids is not None and not _default_positions(input_ids, model_kwargs.get("attention_mask"),
+                                                          position_ids):
+        return _OWN_POSITIONS
+    criteria = _criteria_blocker(config, args["stopping_criteria"], input_ids.shape[0])
+    if criteria is not None:
+        return criteria
+    if input_ids.shape[0] > 1:
+        stateful = sorted({type(p).__name__ for p in args["logits_processor"]
+                           if type(p).__name__ not in ROW_WISE_PROCESSORS | STATELESS_PROCESSORS})
+        if stateful:
+            return f"logits processors {stateful} with batch size {input_ids.shape[0]}"
     if config.max_length is not None and config.max_length > MAX_INDEX_TOKENS:
         return f"max_length {config.max_length} is beyond the index's limit of {MAX_INDEX_TOKENS} tokens"
     return None
+
+
+def _default_positions(input_ids: torch.Tensor, mask: Any, position_ids: Any) -> bool:
+    """Whether ``position_ids`` are those the loop gives the prompt: each
+    attended token's count of attended tokens before it."""
+    if not isinstance(position_ids, torch.Tensor) or tuple(position_ids.shape) != tuple(input_ids.shape):
+        return False
+    attended = torch.ones_like(input_ids, dtype=torch.bool) if mask is None else mask.bool()
+    expected = attended.long().cumsum(-1) - 1
+    return bool((position_ids.to(expected.device)[attended] == expected[attended]).all())
+
+
+def _criteria_blocker(config: Any, criteria: Any, batch: int) -> Optional[str]:
+    """Why the loop cannot apply ``criteria`` as generate() does, or None.
+    The loop applies eos_token_id and max_length itself; a criterion of
+    those kinds set for other ids, or a criterion of a kind it does not
+    know, is applied per row at each position (:func:`_run`), which is
+    generate()'s rule for one row. In a batch generate() hands a criterion
+    every row at once, and without an eos id it writes tokens on after a
+    row stops (it pads only where an eos criterion is set)."""
+    eos = set(_eos_ids(config))
+    for c in criteria:
+        name = type(c).__name__
+        if name == "EosTokenCriteria" and set(_eos_ids(c)) != eos:
+            return "an EosTokenCriteria for other ids than eos_token_id"
+        if name in _NATIVE_CRITERIA:
+            continue
+        if batch > 1 and (name not in _BATCHED_CRITERIA or not eos):
+            why = "without an eos_token_id" if name in _BATCHED_CRITERIA else "a stopping criterion"
+            return f"{name} {why} with batch size {batch}"
+    return None
+
+
+def _eos_ids(holder: Any) -> list:
+    """The eos ids of a generation config or an EosTokenCriteria."""
+    ids = getattr(holder, "_eos_token_tensor", None)
+    if ids is None:
+        ids = getattr(holder, "eos_token_id", None)
+    if ids is None:
+        return []
+    if isinstance(ids, torch.Tensor):
+        return [int(i) for i in ids.reshape(-1).tolist()]
+    return [int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])]
 
 
 def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
@@ -123,6 +196,15 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     if k is not None:  # the C core refuses a longer draft: say so with the caller's name, first
         check_size("prompt_lookup_num_tokens", k, 1, MAX_DRAFT_TOKENS, "the C core's limit on a draft")
     reason = _native_blocker(self, input_ids, named, model_kwargs)
+    if reason is not None and (input_ids.shape[0] > 1 or reason == _OWN_POSITIONS) \
+            and _plain_decoding_serves(self, named):
+        # (transformers' assisted decoding takes one row, and 4.57's drops the caller's positions:
+        # plain decoding gives the call's tokens)
+        logger.warning("pld: using transformers' decoding without prompt lookup (%s)", reason)
+        return self._sample(input_ids, logits_processor=named["logits_processor"],
+                            stopping_criteria=named["stopping_criteria"], generation_config=named["generation_config"],
+                            synced_gpus=named.get("synced_gpus", False), streamer=named.get("streamer"),
+                            **model_kwargs)
     if reason is not None:
         logger.warning("pld: using transformers' assisted decoding (%s)", reason)
         return _within_max_length(original(self, input_ids, *args, **kwargs), named["generation_config"])
@@ -144,15 +226,21 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
 
 def _run(model: Any, input_ids: torch.Tensor, named: dict, model_kwargs: dict) -> Any:
     """pld.loop.run with the call's arguments: its options, its cache (none,
-    or an empty plain DynamicCache, generate()'s default, leaves the loop
-    to pick its own), mask, processors, criteria, streamer and pad id."""
+    or an empty one -- generate()'s default DynamicCache, a static one --
+    leaves the loop to pick its own, which gives the same tokens), mask,
+    processors, criteria (a length criterion for another length than
+    max_length is applied as a custom one), streamer and pad id."""
     from transformers import DynamicCache
 
     config = named["generation_config"]
     cache = _generate_cache(model_kwargs)
-    if type(cache) is DynamicCache and cache.get_seq_length() == 0:
+    if cache is not None and cache.get_seq_length() == 0:
+        if type(cache) is not DynamicCache:
+            logger.info("pld: the loop keeps its own cache in place of the empty %s", type(cache).__name__)
         cache = None
-    criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA]
+    length = config.max_length
+    criteria = [c for c in named["stopping_criteria"] if type(c).__name__ not in _NATIVE_CRITERIA
+                or type(c).__name__ != "EosTokenCriteria" and getattr(c, "max_length", length) != length]
     return loop.run(model, input_ids, _decode_config(config, config.max_length - input_ids.shape[1]),
                     cache=cache, attention_mask=model_kwargs.get("attention_mask"),
                     logits_processor=named["logits_processor"], stopping_criteria=criteria,
@@ -183,6 +271,15 @@ def _pad_id(config: Any) -> Any:
     if isinstance(pad, torch.Tensor) and pad.numel():
         return int(pad.reshape(-1)[0])
     return config.pad_token_id
+
+
+def _plain_decoding_serves(model: Any, named: dict) -> bool:
+    """Whether a call pld's loop cannot serve is a prompt-lookup call that
+    transformers' plain decoding (``_sample``: greedy or sampling) serves
+    as generate() would without prompt lookup."""
+    return named["generation_config"].prompt_lookup_num_tokens is not None \
+        and named.get("assistant_model") is None and named.get("candidate_generator") is None \
+        and callable(getattr(model, "_sample", None))
 
 
 def _generate_cache(model_kwargs: dict) -> Any:

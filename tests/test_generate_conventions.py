@@ -1,0 +1,186 @@
+"""generate() arguments whose meaning pld's loop must keep under
+pld.enable(): caches generate() makes, the caller's stopping criteria and
+position_ids, and a batch's stateful processors and criteria. Each case
+compares model.generate with prompt lookup under pld.enable() against
+plain model.generate (no prompt lookup), in float32: the same tokens.
+"""
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import models_fixtures as mf
+from models_fixtures import one_thread  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("one_thread")]
+
+PAD = mf.PAD
+PROMPTS = [[3, 5, 7, 3, 5, 7, 9, 3, 5, 7], [11, 12, 13, 11, 12, 13, 11], [20, 21, 20, 21, 22, 20, 21, 20]]
+
+
+def _batch():
+    import torch
+
+    L = max(map(len, PROMPTS))
+    ids = torch.tensor([[PAD] * (L - len(p)) + p for p in PROMPTS])
+    mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in PROMPTS])
+    return ids, mask
+
+
+def _both(model, ids, make_kwargs, k=4):
+    """(plain generate's output, pld's under enable()) as lists; an
+    exception's type and text in place of an output."""
+    import torch
+
+    import pld
+
+    outs = []
+    for on in (False, True):
+        try:
+            with torch.no_grad():
+                if on:
+                    with pld.enabled():
+                        out = model.generate(ids, prompt_lookup_num_tokens=k, **make_kwargs())
+                else:
+                    out = model.generate(ids, **make_kwargs())
+            outs.append(out[:, ids.shape[1]:].tolist())
+        except Exception as error:  # noqa: BLE001 - compared
+            outs.append((type(error).__name__, str(error)))
+    return outs
+
+
+def _greedy_kw(**kw):
+    return {**dict(do_sample=False, max_new_tokens=16, eos_token_id=None, pad_token_id=PAD), **kw}
+
+
+@pytest.mark.parametrize("implementation", ["static", "sliding_window"])
+def test_a_static_cache_on_sliding_window_layers_gives_greedy_tokens(implementation):
+    """generate() makes a StaticCache whose sliding layers keep one window:
+    cropping it cannot bring back what it evicted. The loop keeps its own
+    cache in its place (it gave other tokens, silently, on it)."""
+    import random
+
+    import torch
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    torch.manual_seed(0)
+    V = 96
+    model = Gemma2ForCausalLM(Gemma2Config(
+        vocab_size=V, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, sliding_window=16, max_position_embeddings=512, pad_token_id=V - 1,
+        bos_token_id=None, eos_token_id=None)).eval()
+    model.generation_config.eos_token_id = None
+    rng = random.Random(1)
+    for trial in range(4):
+        base = [rng.randrange(V - 1) for _ in range(5)]
+        prompt = (base * 6)[:20 + trial]
+        prompt[rng.randrange(len(prompt))] = rng.randrange(V - 1)
+        plain, ours = _both(model, mf.as_ids(prompt),
+                            lambda: {**_greedy_kw(max_new_tokens=30, cache_implementation=implementation),
+                                     "pad_token_id": V - 1})
+        assert isinstance(plain, list) and ours == plain, trial
+
+
+def test_a_batch_with_a_static_cache_gives_greedy_tokens():
+    ids, mask = _batch()
+    plain, ours = _both(mf.tiny_model("llama"), ids,
+                        lambda: _greedy_kw(attention_mask=mask, cache_implementation="static"))
+    assert isinstance(plain, list) and ours == plain
+
+
+def test_the_callers_length_and_eos_criteria_are_kept():
+    """A criterion of a kind generate() makes itself, given by the caller,
+    replaces generate()'s: an EosTokenCriteria for a token greedy writes,
+    a MaxLengthCriteria shorter than max_new_tokens."""
+    from transformers import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+
+    model = mf.tiny_model("llama")
+    ids = mf.as_ids([3, 5, 7, 3, 5, 7, 9, 3, 5, 7, 11, 3, 5])
+    free = mf.greedy(model, ids, 16)
+    for criterion in (lambda: EosTokenCriteria(eos_token_id=free[3]), lambda: MaxLengthCriteria(ids.shape[1] + 5)):
+        plain, ours = _both(model, ids, lambda: _greedy_kw(stopping_criteria=StoppingCriteriaList([criterion()])))
+        assert isinstance(plain, list) and len(plain[0]) < 16 and ours == plain
+
+
+def test_position_ids_given_by_the_caller_are_kept():
+    """GPT-2 (learned absolute positions) with two packed segments: the
+    positions change the tokens, and pld's output is plain generate's."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=mf.VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=256,
+                                       tie_word_embeddings=False, pad_token_id=PAD, bos_token_id=None,
+                                       eos_token_id=None)).eval()
+    model.generation_config.eos_token_id = None
+    ids = mf.as_ids([3, 5, 7, 3, 5, 7, 9, 3, 5, 7, 11, 3, 5, 7, 9, 3])
+    packed = torch.cat([torch.arange(8), torch.arange(ids.shape[1] - 8)])[None]
+    plain, ours = _both(model, ids, lambda: _greedy_kw(position_ids=packed))
+    assert isinstance(plain, list) and plain != _both(model, ids, _greedy_kw)[0]  # (the positions matter)
+    assert ours == plain
+
+
+class _BanOnNthCall:
+    """A stateful processor: bans a token from its n-th call on."""
+
+    def __init__(self, n, token):
+        self.calls, self.n, self.token = 0, n, token
+
+    def __call__(self, input_ids, scores):
+        self.calls += 1
+        if self.calls >= self.n:
+            scores = scores.clone()
+            scores[:, self.token] = -float("inf")
+        return scores
+
+
+class _StopOnPerRow:
+    """Row r stops on its own token (a [B] answer)."""
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        return input_ids[:, -1] == torch.tensor(self.tokens)[:input_ids.shape[0]]
+
+
+@pytest.mark.parametrize("case", ["stateful processor", "per-row criterion", "stopped row without eos"])
+def test_a_batch_pld_cannot_serve_row_by_row_gets_plain_decodings_tokens(case, caplog):
+    """In a batch generate() calls a processor or a criterion once a step
+    with every row, and without an eos id it writes tokens on in a row a
+    criterion stopped. The loop works row by row, so such a batch goes to
+    transformers' plain decoding (its own prompt lookup takes one row),
+    with one warning."""
+    from transformers import LogitsProcessorList, StoppingCriteriaList
+
+    model = mf.tiny_model("llama")
+    ids, mask = _batch()
+    free = model.generate(ids, **_greedy_kw(attention_mask=mask))[:, ids.shape[1]:].tolist()
+    if case == "stateful processor":
+        extra = lambda: dict(logits_processor=LogitsProcessorList([_BanOnNthCall(3, free[0][5])]))  # noqa: E731
+    elif case == "per-row criterion":
+        unused = next(t for t in range(PAD) if all(t not in r for r in free))
+        extra = lambda: dict(eos_token_id=unused,  # noqa: E731
+                             stopping_criteria=StoppingCriteriaList([_StopOnPerRow([free[0][4], free[1][2],
+                                                                                    free[2][6]])]))
+    else:
+        extra = lambda: dict(stopping_criteria=StoppingCriteriaList([_StopOnPerRow([free[1][2]] * 3)]))  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        plain, ours = _both(model, ids, lambda: {**_greedy_kw(attention_mask=mask), **extra()})
+    assert isinstance(plain, list) and ours == plain
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pld"]
+    assert len(warnings) == 1 and "without prompt lookup" in warnings[0], warnings
+
+
+def test_a_batch_of_stateless_processors_stays_in_the_loop(caplog):
+    """repetition_penalty and no_repeat_ngram_size read input_ids but keep
+    no state: the batch is pld's, exactly, without a warning."""
+    model = mf.tiny_model("llama")
+    ids, mask = _batch()
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        plain, ours = _both(model, ids, lambda: _greedy_kw(attention_mask=mask, repetition_penalty=1.3,
+                                                            no_repeat_ngram_size=3))
+    assert isinstance(plain, list) and ours == plain and not [r for r in caplog.records if r.name == "pld"]
