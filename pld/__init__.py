@@ -25,7 +25,15 @@ _LAZY = {
 }
 
 
+#: subpackages reachable as attributes after ``import pld`` (imported on first use)
+_SUBMODULES = ("models", "bench", "drafts")
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     if name in _LAZY:
         import importlib
 
