@@ -227,14 +227,17 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
 def _run(model: Any, input_ids: torch.Tensor, named: dict, model_kwargs: dict) -> Any:
     """pld.loop.run with the call's arguments: its options, its cache (none,
     or an empty one -- generate()'s default DynamicCache, a static one --
-    leaves the loop to pick its own, which gives the same tokens), mask,
+    leaves the loop to pick its own, which gives the same tokens; an
+    OwnedCache is filled in place), mask,
     processors, criteria (a length criterion for another length than
     max_length is applied as a custom one), streamer and pad id."""
     from transformers import DynamicCache
 
+    from .kv_cache import OwnedCache
+
     config = named["generation_config"]
     cache = _generate_cache(model_kwargs)
-    if cache is not None and cache.get_seq_length() == 0:
+    if cache is not None and cache.get_seq_length() == 0 and not isinstance(cache, OwnedCache):
         if type(cache) is not DynamicCache:
             logger.info("pld: the loop keeps its own cache in place of the empty %s", type(cache).__name__)
         cache = None
