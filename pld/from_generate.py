@@ -20,7 +20,7 @@ import contextlib
 import copy
 import inspect
 import logging
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator, Optional, Tuple
 
 import torch
 from transformers.generation import utils as _gen_utils
@@ -28,7 +28,7 @@ from transformers.generation import utils as _gen_utils
 from . import _renamed, loop
 from .batch_inputs import ROW_WISE_PROCESSORS, check_mask
 from .candidate_generator import PromptLookupCandidateGenerator
-from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size
+from .config import MAX_DRAFT_TOKENS, MAX_INDEX_TOKENS, DecodeConfig, check_size, eos_ids
 from .hf_adapter import cache_blocker
 
 logger = logging.getLogger("pld")
@@ -174,16 +174,10 @@ def _criteria_blocker(config: Any, criteria: Any, batch: int) -> Optional[str]:
     return None
 
 
-def _eos_ids(holder: Any) -> list:
+def _eos_ids(holder: Any) -> Tuple[int, ...]:
     """The eos ids of a generation config or an EosTokenCriteria."""
     ids = getattr(holder, "_eos_token_tensor", None)
-    if ids is None:
-        ids = getattr(holder, "eos_token_id", None)
-    if ids is None:
-        return []
-    if isinstance(ids, torch.Tensor):
-        return [int(i) for i in ids.reshape(-1).tolist()]
-    return [int(i) for i in (ids if isinstance(ids, (list, tuple)) else [ids])]
+    return eos_ids(getattr(holder, "eos_token_id", None) if ids is None else ids)
 
 
 def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
