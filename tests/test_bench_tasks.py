@@ -26,6 +26,18 @@ def test_parse_tasks():
         tasks.parse_tasks(",")
 
 
+def test_a_task_the_source_lacks_is_refused_not_dropped():
+    assert tasks.parse_tasks("all", "spec-bench") == ["summarization", "rag", "chat", "translation", "long"]
+    assert tasks.parse_tasks("all", "hub") == list(hub_tasks.DATASETS)
+    for source in ("spec-bench", "hub"):
+        with pytest.raises(ValueError, match=rf"tasks: the {source} source has no prompts for \['code'\]"):
+            tasks.parse_tasks("rag,code", source)
+        with pytest.raises(ValueError, match="tasks: .* no prompts for"):
+            tasks.load(source, ["rag", "code"], 1, data="unused")
+    with pytest.raises(ValueError, match="source"):
+        tasks.parse_tasks("rag", "nowhere")
+
+
 def test_balanced_round_robin_over_categories():
     pool = [_p("chat", "a", i) for i in range(5)] + [_p("chat", "b", i) for i in range(2)] \
         + [_p("rag", "r", i) for i in range(3)] + [_p("code", "c", 0)]
@@ -111,8 +123,6 @@ def test_hub_formatters_follow_the_method():
     assert q.task == "rag" and "one\n\ntwo" in q.turns[0] and q.turns[0].endswith("Question: Why?")
     c = hub_tasks.mt_bench({"prompt_id": 81, "category": "writing", "prompt": ["t1", "t2"]}, 0)
     assert (c.task, c.category, c.turns) == ("chat", "writing", ("t1", "t2"))
-    with pytest.raises(ValueError, match="no dataset"):
-        hub_tasks.prompts(["code"], 1)
 
 
 def test_registry_discovers_every_policy():

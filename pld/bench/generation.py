@@ -108,7 +108,7 @@ def _prompts(args: argparse.Namespace) -> List[Any]:
     """The prompts --source/--tasks/--limit/--skip name (--data, or the
     default spec-bench file for source spec-bench). SystemExit when the
     spec-bench file is not found, no prompt matches, or --batch-size < 1."""
-    tasks = task_sources.parse_tasks(args.tasks)
+    tasks = task_sources.parse_tasks(args.tasks, args.source)
     data = args.data
     if args.source == "spec-bench" and not data:
         try:

@@ -43,12 +43,8 @@ DATASETS: Dict[str, Tuple[str, Any, str, Callable[[Mapping[str, Any], int], Prom
 
 
 def prompts(tasks: Sequence[str], limit: int) -> List[Prompt]:
-    """The first prompts of each task's dataset; tasks without a Hub
-    dataset here (code, translation) raise ValueError."""
-    missing = [t for t in tasks if t not in DATASETS]
-    if missing:
-        raise ValueError(f"tasks: the hub source has no dataset for {missing}; "
-                         f"it offers {list(DATASETS)} (use --source builtin for the others)")
+    """The first prompts of each task's dataset; every task must be one of
+    :data:`DATASETS` (pld.bench.tasks.load checks)."""
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - depends on the environment

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     data = args.data
     if args.source == "spec-bench" and not data:
         data = task_sources.default_spec_bench()
-    prompts = task_sources.load(args.source, task_sources.parse_tasks(args.tasks), args.prompts, data)
+    prompts = task_sources.load(args.source, task_sources.parse_tasks(args.tasks, args.source), args.prompts, data)
     source, tokenizer, _ = shapes.load_model(src_name, src_dtype, device)
     runs = record_runs(source, tokenizer, prompts, args.max_new_tokens)
     del source

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from .report import caption
 
     data = args.data or task_sources.default_spec_bench()
-    prompts = task_sources.load("spec-bench", task_sources.parse_tasks(args.tasks), args.limit, data, skip=args.skip)
+    prompts = task_sources.load("spec-bench", task_sources.parse_tasks(args.tasks, "spec-bench"), args.limit, data, skip=args.skip)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device

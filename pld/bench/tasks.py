@@ -62,13 +62,40 @@ class Prompt:
     source: str
 
 
-def parse_tasks(spec: str) -> List[str]:
-    """``"all"`` or a comma-separated list of task names; unknown names raise."""
-    names = list(TASKS) if spec.strip() == "all" else [t.strip() for t in spec.split(",") if t.strip()]
+def parse_tasks(spec: str, source: str = "builtin") -> List[str]:
+    """``"all"`` (every task ``source`` offers, :func:`offered`) or a
+    comma-separated list of task names; a ValueError for an unknown name
+    or a task the source has no prompts for."""
+    offers = offered(source)
+    names = list(offers) if spec.strip() == "all" else [t.strip() for t in spec.split(",") if t.strip()]
     unknown = [t for t in names if t not in TASKS]
     if unknown or not names:
         raise ValueError(f"tasks: unknown {unknown or spec!r}; expected 'all' or some of {list(TASKS)}")
+    _check_offered(source, names)
     return names
+
+
+def offered(source: str) -> Tuple[str, ...]:
+    """The tasks ``source`` has prompts for (:data:`SOURCES`): the builtin
+    source all of :data:`TASKS`; Spec-Bench those its categories map to
+    (:data:`SPEC_BENCH_TASKS`) and ``long``; the Hub source those of
+    :data:`pld.bench.hub_tasks.DATASETS`."""
+    if source == "builtin":
+        return tuple(TASKS)
+    if source == "spec-bench":
+        return tuple(t for t in TASKS if t in SPEC_BENCH_TASKS.values() or t == "long")
+    if source == "hub":
+        from .hub_tasks import DATASETS
+
+        return tuple(DATASETS)
+    raise ValueError(f"source: expected one of {SOURCES}, got {source!r}")
+
+
+def _check_offered(source: str, tasks: Sequence[str]) -> None:
+    missing = [t for t in tasks if t not in offered(source)]
+    if missing:
+        raise ValueError(f"tasks: the {source} source has no prompts for {missing}; it offers "
+                         f"{list(offered(source))} (--source builtin has every task)")
 
 
 def balanced(prompts: Iterable[Prompt], tasks: Sequence[str], limit: int,
@@ -202,7 +229,9 @@ def default_spec_bench(cwd: Optional[str] = None) -> str:
 def load(source: str, tasks: Sequence[str], limit: int, data: str = "",
          skip: int = 0) -> List[Prompt]:
     """``limit`` prompts per task from ``source`` (see :data:`SOURCES`),
-    after the first ``skip`` (:func:`balanced`)."""
+    after the first ``skip`` (:func:`balanced`); a ValueError for a task
+    the source does not offer (:func:`offered`)."""
+    _check_offered(source, tasks)
     if source == "builtin":
         from . import builtin_tasks
 

@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .generation import _progress, chat_input_ids
 
-    tasks = task_sources.parse_tasks(args.tasks)
+    tasks = task_sources.parse_tasks(args.tasks, args.source)
     data = args.data or (task_sources.default_spec_bench() if args.source == "spec-bench" else "")
     prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
     if args.threads:

@@ -321,7 +321,7 @@ def caption(builds: List[Build], args: argparse.Namespace, tasks: List[str]) -> 
 def _prompts(args: argparse.Namespace) -> Tuple[List[str], List[Any]]:
     """(tasks, prompts) from the options, through pld.bench.tasks."""
     try:
-        tasks = task_sources.parse_tasks(args.tasks)
+        tasks = task_sources.parse_tasks(args.tasks, args.source)
         data = args.data or (task_sources.default_spec_bench() if args.source == "spec-bench" else "")
         prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
     except ValueError as e:

@@ -240,7 +240,7 @@ def prompts_by_task(args: argparse.Namespace, model: str) -> Dict[str, List[List
     from .tasks import default_spec_bench, load, parse_tasks
 
     tokenizer = AutoTokenizer.from_pretrained(model)
-    tasks = parse_tasks(args.tasks)
+    tasks = parse_tasks(args.tasks, "spec-bench")
     found = load("spec-bench", tasks, args.limit, args.data or default_spec_bench(), args.skip)
     out: Dict[str, List[List[int]]] = {t: [] for t in tasks}
     for prompt in found:
@@ -470,7 +470,7 @@ def run(args: argparse.Namespace) -> int:
     if parts & {"engine", "replay"}:  # (checked before the drafter's timing and the model's export)
         from .tasks import parse_tasks
 
-        parse_tasks(args.tasks)
+        parse_tasks(args.tasks, "spec-bench")
     known_methods(args.methods.split(","))
     drafter = drafter_times(args.k) if "drafter" in parts else []
     rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
