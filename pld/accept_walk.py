@@ -8,18 +8,20 @@ walk descends (the first such child). A chain (a linear draft) is a tree
 with one branch; no draft is the root alone. Greedy thus appends plain
 greedy's tokens, and draws nothing from any generator.
 
-Sampling takes 1 + depth uniforms from torch's default generator a row and
-step (depth: the deepest chosen node's, 0 for no draft), and the token at a
-position of depth d is the inverse-CDF draw from its distribution with the
-d-th: one uniform a token along any path, so every appended token is an
-independent draw from the model's processed distribution given the accepted
-prefix -- exact speculative sampling of a deterministic draft. Then the
-generator is set back and advanced by one uniform a token the walk drew
-(:class:`Uniforms`), so the uniforms a row did not reach are drawn again
-for its next tokens: torch's CPU generator gives the same numbers in one
-call or in several, so the j-th token a row draws takes the j-th uniform
-after the seed, whatever depth was verified -- and the width budget, which
-picks that depth from measured times, cannot change a seeded run.
+Sampling gives each row its own stream of uniforms (:class:`UniformStream`:
+a private generator, seeded once from torch's default generator as the run
+begins) and takes 1 + depth of them a step (depth: the deepest chosen
+node's, 0 for no draft); the token at a position of depth d is the
+inverse-CDF draw from its distribution with the d-th: one uniform a token
+along any path, so every appended token is an independent draw from the
+model's processed distribution given the accepted prefix -- exact
+speculative sampling of a deterministic draft. The stream then moves on by
+one uniform a token the walk drew (:class:`Uniforms`), so the uniforms a
+row did not reach serve its next tokens: the j-th token a row draws takes
+the j-th uniform of its stream, whatever depth was verified in that row or
+any other -- and the width budget, which picks depths from measured times,
+cannot change a seeded run. torch's default generator advances by the
+seeds alone (one draw a row), whatever the run drafted or accepted.
 
 Where the processors act on each row as a whole (pld.batch_inputs.
 ROW_WISE_PROCESSORS, or none), a row's positions are processed in one call
@@ -66,20 +68,49 @@ def greedy(nodes: Sequence[int], parents: Sequence[int], choices: Sequence[int])
     return Walk(path, tokens, positions(path))
 
 
+class UniformStream:
+    """A row's uniforms in [0, 1), float64, in order: a private CPU
+    generator seeded with ``seed`` (see the module); :meth:`peek` and
+    :meth:`drop` read and consume them. Nothing else draws from it."""
+
+    CHUNK = 64  # uniforms drawn at a time
+
+    def __init__(self, seed: int) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.ahead = torch.empty(0, dtype=torch.float64)
+
+    @staticmethod
+    def seeds(n: int) -> List[int]:
+        """``n`` seeds from torch's default generator, one draw for all:
+        what a sampling run takes from it."""
+        return torch.randint(0, 1 << 62, (n,), dtype=torch.int64).tolist()
+
+    def peek(self, n: int) -> torch.Tensor:
+        """The next ``n`` uniforms, left in the stream."""
+        if self.ahead.numel() < n:
+            more = torch.rand(max(n - self.ahead.numel(), self.CHUNK), generator=self.generator,
+                              dtype=torch.float64)
+            self.ahead = torch.cat([self.ahead, more])
+        return self.ahead[:n]
+
+    def drop(self, n: int) -> None:
+        """Consume the next ``n`` uniforms."""
+        self.peek(n)
+        self.ahead = self.ahead[n:]
+
+
 class Uniforms:
     """A row's uniforms for a step: ``u``, 1 + its deepest node's depth
-    (``depths``: its chosen nodes'), float64, from torch's default
-    generator; :meth:`spend` then leaves the generator as if only the
-    uniforms of the tokens drawn had been taken."""
+    (``depths``: its chosen nodes'), the next of its ``stream``;
+    :meth:`spend` then consumes only the uniforms of the tokens drawn."""
 
-    def __init__(self, depths: Sequence[int]) -> None:
-        self.state = torch.random.get_rng_state()
-        self.u = torch.rand(1 + max(depths, default=0), dtype=torch.float64)
+    def __init__(self, depths: Sequence[int], stream: UniformStream) -> None:
+        self.stream = stream
+        self.u = stream.peek(1 + max(depths, default=0))
 
     def spend(self, drawn: int) -> None:
-        """Back to the state before :attr:`u`, then ``drawn`` uniforms on."""
-        torch.random.set_rng_state(self.state)
-        torch.rand(drawn, dtype=torch.float64)
+        """Consume ``drawn`` uniforms: the next step starts after them."""
+        self.stream.drop(drawn)
 
 
 def process(scores: torch.Tensor, processors: Sequence[Any], row: Any, seen: int) -> torch.Tensor:

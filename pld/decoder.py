@@ -106,6 +106,9 @@ class Decoder:
         self.rows = [Row(r, input_ids[r:r + 1], None if mask is None else mask[r:r + 1].long(), config, policy)
                      for r in range(B)]
         self.all_rows = list(self.rows)
+        if config.do_sample:  # each row its own uniforms: its tokens never depend on another row's drafts
+            for row, seed in zip(self.rows, accept_walk.UniformStream.seeds(B)):
+                row.uniforms = accept_walk.UniformStream(seed)
         if config.sibling_drafts:
             _link_siblings(self.rows, input_ids, mask)
         self.slots = SlotTable(B, input_ids.device, L + 2 * (config.prompt_lookup_num_tokens + 1) + 64)
@@ -186,7 +189,7 @@ class Decoder:
         nodes, parents, depths = plan.nodes, plan.parents, plan.depths
         if top is not None:
             return accept_walk.greedy(nodes, parents, top[:1 + len(nodes)])
-        u = accept_walk.Uniforms(depths) if self.config.do_sample else None  # greedy draws nothing
+        u = accept_walk.Uniforms(depths, row.uniforms) if row.uniforms is not None else None  # greedy draws nothing
         if not self.row_wise:
             picker = Picker(logits, self.processors, row, u, self.config.output_scores)
             return walk_row(plan.tree, plan.chosen, picker)

@@ -16,9 +16,9 @@ one-token forward, so a load spike is forgotten within WINDOW forwards.
 One is kept per model and key (batch size, context size class, dtype,
 device, kernel): a later generation goes on from what the
 earlier ones learned, with no probe. The width choice reads it; greedy
-tokens never depend on it, and sampling advances torch's generator by one
-uniform a token drawn whatever the drafts (pld.accept_walk.Uniforms), so a
-seeded run still repeats its tokens.
+tokens never depend on it, and a sampling row takes one uniform a token
+drawn from its own stream whatever the drafts (pld.accept_walk.Uniforms),
+so a seeded run still repeats its tokens.
 
 On a GPU a forward returns once its kernels are queued, not run: a clock
 read then times the launches. Every timed forward therefore waits for the

@@ -2,7 +2,7 @@
 sources keep between steps."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -10,6 +10,9 @@ from . import _core
 from .config import DecodeConfig
 from .draft_length import DraftLength
 from .sequence_buffer import SequenceBuffer
+
+if TYPE_CHECKING:
+    from .accept_walk import UniformStream
 
 # A row's sequence buffer starts with room for this many new tokens (plus a
 # draft) and doubles as the output grows.
@@ -43,6 +46,8 @@ class Row:
         self.previous, self.root = -1, -1
         self.scores: Optional[List[torch.Tensor]] = [] if config.output_scores else None
         self.raw: Optional[List[torch.Tensor]] = [] if config.output_logits else None
+        # sampling: the row's own uniforms (pld.accept_walk; the decoder seeds them)
+        self.uniforms: Optional[UniformStream] = None
 
     @property
     def new_count(self) -> int:

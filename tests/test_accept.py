@@ -398,20 +398,28 @@ def test_device_draws_are_the_c_draws(case):
 
 @pytest.mark.torch
 def test_uniforms_spend_one_a_token_drawn():
-    """A row takes 1 + depth uniforms, then the generator stands as if it
-    had drawn one a token: the next step's first uniform is the one after
-    the last token's, whatever depth was verified."""
+    """A row takes 1 + depth uniforms of its stream, then the stream
+    stands as if it had drawn one a token: the next step's first uniform
+    is the one after the last token's, whatever depth was verified; the
+    stream never touches torch's default generator."""
     torch = _torch()
-    from pld.accept_walk import Uniforms
+    from pld.accept_walk import UniformStream, Uniforms
 
-    torch.manual_seed(3)
-    stream = torch.rand(8, dtype=torch.float64).tolist()
-    for depth, drawn in [(0, 1), (3, 1), (3, 2), (3, 4), (5, 3)]:
-        torch.manual_seed(3)
-        u = Uniforms([depth])
-        assert u.u.tolist() == stream[:depth + 1]
+    whole = torch.rand(200, generator=torch.Generator().manual_seed(3), dtype=torch.float64).tolist()
+    stream = UniformStream(3)
+    state = torch.random.get_rng_state()
+    at = 0
+    for depth, drawn in [(0, 1), (3, 1), (3, 2), (3, 4), (5, 3), (80, 70), (0, 1)]:
+        u = Uniforms([depth], stream)
+        assert u.u.tolist() == whole[at:at + depth + 1]
         u.spend(drawn)
-        assert torch.rand(1, dtype=torch.float64).item() == stream[drawn]
+        at += drawn
+    assert stream.peek(1).item() == whole[at]
+    assert torch.equal(torch.random.get_rng_state(), state)
+    torch.manual_seed(4)
+    seeds = UniformStream.seeds(3)
+    torch.manual_seed(4)
+    assert seeds == [UniformStream.seeds(1)[0] for _ in range(3)]  # a row's seed: the same one at a time
 
 
 @pytest.mark.torch

@@ -3,7 +3,7 @@ every row equals greedy decoding of that row alone and the batch equals
 batched greedy ``model.generate`` (float32; tiny Llama and GPT-2; B in
 {2, 3, 8}; prompts of different lengths, left-padded; eos and budgets
 reached at different steps; drafts verified in full and under the width
-budget); sampling per row repeats under a seed; stopping criteria and
+budget); sampling per row repeats under a seed, whatever was verified; stopping criteria and
 logits processors per row.
 """
 from __future__ import annotations
@@ -72,6 +72,42 @@ def test_batch_sampling_repeats_under_a_seed(arch):
         runs.append(pld.generate(model, ids, attention_mask=mask, max_new_tokens=16, do_sample=True,
                                  temperature=1.5, eos_token_id=None).new_tokens)
     assert runs[0] == runs[1] and all(len(r) == 16 for r in runs[0])
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
+def test_a_seeded_batch_does_not_depend_on_what_was_verified(arch):
+    """Each row samples from its own uniforms, seeded from torch's
+    generator as the run begins: the same seed gives every row the same
+    tokens whatever depth any row verified (k, the width budget), and
+    leaves torch's generator one draw a row on, whatever was drawn."""
+    import copy
+
+    import torch
+
+    import pld
+    from pld.accept_walk import UniformStream
+
+    model = copy.deepcopy(mf.tiny_model(arch))
+    with torch.no_grad():  # logits 100 times as far apart: samples follow the model's greedy text
+        (model.model.norm if arch == "llama" else model.transformer.ln_f).weight.mul_(100)
+    rng = random.Random(f"batch-verified-{arch}")
+    # prompts that end in the model's own greedy text, so drafts are accepted
+    prompts = [p + mf.greedy(model, mf.as_ids(p), 30) for p in (mf.repeated_prompt(rng) for _ in range(3))]
+    ids, mask = _batch([p[:len(p) - 3 * i] for i, p in enumerate(prompts)])
+    torch.manual_seed(5)
+    UniformStream.seeds(3)
+    after = torch.random.get_rng_state()
+    runs, accepted = [], []
+    for options in (dict(prompt_lookup_num_tokens=10, cost_aware=False), dict(prompt_lookup_num_tokens=1),
+                    dict(prompt_lookup_num_tokens=3, cost_aware=False), dict(cost_aware=True)):
+        torch.manual_seed(5)
+        gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=24, do_sample=True,
+                           temperature=1.0, eos_token_id=None, **options)
+        assert torch.equal(torch.random.get_rng_state(), after), options
+        runs.append(gen.new_tokens)
+        accepted.append(gen.stats.accepted_draft_tokens)
+    assert all(r == runs[0] for r in runs), accepted
+    assert accepted[0] > accepted[1] > 0, accepted  # the runs verified different depths
 
 
 def test_batch_top_k_1_sampling_is_greedy_per_row():
