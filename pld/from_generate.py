@@ -9,10 +9,13 @@ enable() swaps three things and disable() puts them back:
   there at import, so that is the name generate() resolves) for pld's
   (pld.candidate_generator);
 - ``GenerationMixin._assisted_decoding``, which generate() looks up on the
-  model's class: the replacement serves prompt lookup natively and hands
-  anything it cannot serve exactly to the original, with one log line;
+  model's class: the replacement serves prompt lookup natively; a call it
+  cannot serve exactly goes, with one warning, to transformers' plain
+  decoding (``_sample``) where transformers' assisted decoding could not
+  serve it either (:func:`_needs_plain_decoding`), else to the original;
 - ``GenerationMixin._validate_generation_mode``, so a prompt-lookup call
-  may ask for num_return_sequences > 1.
+  may ask for num_return_sequences > 1, and a stateful model's reaches
+  the replacement (which decodes it plainly).
 """
 from __future__ import annotations
 
@@ -46,6 +49,7 @@ _OUTPUT_CACHE = ("cache" if "cache" in getattr(_gen_utils.GenerateDecoderOnlyOut
 _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
 # Why a call with the caller's own position_ids goes to plain decoding.
 _OWN_POSITIONS = "position_ids other than the attention mask's"
+_PER_TOKEN_OUTPUTS = "output_attentions/output_hidden_states"
 # transformers' criteria that decide each row on its own tokens (stop
 # strings) or all rows alike (time), so the loop may apply them row by row
 # in a batch (where an eos id pads a stopped row, as generate() does).
@@ -104,7 +108,7 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     if args.get("synced_gpus"):
         return "synced_gpus"
     if config.output_attentions or config.output_hidden_states:
-        return "output_attentions/output_hidden_states"
+        return _PER_TOKEN_OUTPUTS
     extra = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _NATIVE_MODEL_KWARGS)
     if extra:
         return f"model inputs {extra}"
@@ -190,11 +194,10 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     if k is not None:  # the C core refuses a longer draft: say so with the caller's name, first
         check_size("prompt_lookup_num_tokens", k, 1, MAX_DRAFT_TOKENS, "the C core's limit on a draft")
     reason = _native_blocker(self, input_ids, named, model_kwargs)
-    if reason is not None and (input_ids.shape[0] > 1 or reason == _OWN_POSITIONS) \
-            and _plain_decoding_serves(self, named):
-        # (transformers' assisted decoding takes one row, and 4.57's drops the caller's positions:
-        # plain decoding gives the call's tokens)
+    if reason is not None and _needs_plain_decoding(self, input_ids, reason) and _plain_decoding_serves(self, named):
         logger.warning("pld: using transformers' decoding without prompt lookup (%s)", reason)
+        if cache_blocker(self) is not None:
+            model_kwargs = _plain_cache(self, model_kwargs)
         return self._sample(input_ids, logits_processor=named["logits_processor"],
                             stopping_criteria=named["stopping_criteria"], generation_config=named["generation_config"],
                             synced_gpus=named.get("synced_gpus", False), streamer=named.get("streamer"),
@@ -246,18 +249,22 @@ def _run(model: Any, input_ids: torch.Tensor, named: dict, model_kwargs: dict) -
 
 def _pld_validate_generation_mode(self: Any, generation_mode: Any, generation_config: Any, *args: Any,
                                   **kwargs: Any) -> Any:
-    """transformers' checks of a generation mode, except that a prompt-lookup
-    call may ask for num_return_sequences > 1: generate() then repeats each
-    prompt that many times, as for sampling, and pld's loop serves the
-    batch (each row also drafting from its siblings, pld.drafts.siblings)."""
+    """transformers' checks of a generation mode, except for a prompt-lookup
+    call: it may ask for num_return_sequences > 1 (generate() then repeats
+    each prompt that many times, as for sampling, and pld's loop serves the
+    batch, each row also drafting from its siblings: pld.drafts.siblings),
+    and a stateful model's is checked as plain decoding (the replacement of
+    ``_assisted_decoding`` decodes it plainly)."""
     original = _original["_validate_generation_mode"]
     mode_kwargs = args[0] if args else kwargs.get("generation_mode_kwargs") or {}
-    if (getattr(generation_config, "num_return_sequences", 1) or 1) > 1 \
-            and generation_config.prompt_lookup_num_tokens is not None \
-            and mode_kwargs.get("assistant_model") is None \
+    if generation_config.prompt_lookup_num_tokens is not None and mode_kwargs.get("assistant_model") is None \
             and generation_mode == _gen_utils.GenerationMode.ASSISTED_GENERATION:
-        generation_config = copy.copy(generation_config)
-        generation_config.num_return_sequences = 1
+        if (getattr(generation_config, "num_return_sequences", 1) or 1) > 1:
+            generation_config = copy.copy(generation_config)
+            generation_config.num_return_sequences = 1
+        if getattr(self, "_is_stateful", False):
+            plain = "SAMPLE" if generation_config.do_sample else "GREEDY_SEARCH"
+            generation_mode = getattr(_gen_utils.GenerationMode, plain)
     return original(self, generation_mode, generation_config, *args, **kwargs)
 
 
@@ -268,6 +275,40 @@ def _pad_id(config: Any) -> Any:
     if isinstance(pad, torch.Tensor) and pad.numel():
         return int(pad.reshape(-1)[0])
     return config.pad_token_id
+
+
+def _needs_plain_decoding(model: Any, input_ids: torch.Tensor, reason: str) -> bool:
+    """Whether a call the loop cannot serve (for ``reason``) is one that
+    transformers' assisted decoding cannot serve exactly either: a batch
+    (it takes one row), the caller's own positions (4.57 drops them),
+    attentions or hidden states asked for (its sdpa path fails on them),
+    or a decoder-only model the loop refuses (stateful, no KV cache, a
+    cache that cannot be cropped, a verification forward that is wrong:
+    assisted decoding needs the same)."""
+    if input_ids.shape[0] > 1 or reason in (_OWN_POSITIONS, _PER_TOKEN_OUTPUTS):
+        return True
+    return cache_blocker(model) is not None and not getattr(model.config, "is_encoder_decoder", False)
+
+
+def _plain_cache(model: Any, model_kwargs: dict) -> dict:
+    """``model_kwargs`` with the empty DynamicCache generate() made for
+    assisted decoding (a full-layer one: transformers 5.10 and later lay
+    it out without the model's config) replaced by the one plain decoding
+    makes (:func:`pld.kv_cache.dynamic_cache`), which a hybrid or
+    compressing model's layers need."""
+    from transformers import DynamicCache
+
+    from .kv_cache import dynamic_cache
+
+    cache = _generate_cache(model_kwargs)
+    if type(cache) is not DynamicCache:
+        return model_kwargs
+    try:
+        empty = cache.get_seq_length() == 0
+    except ValueError:  # (5.24: a cache of linear-attention layers only, laid out for the model already)
+        return model_kwargs
+    return {k: dynamic_cache(model) if v is cache else v for k, v in model_kwargs.items()} if empty \
+        else model_kwargs
 
 
 def _plain_decoding_serves(model: Any, named: dict) -> bool:
