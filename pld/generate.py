@@ -18,12 +18,18 @@ from .render import render_steps
 class Generation:
     """The output of pld.generate. For a batch, ``sequences`` is [B, prompt
     + longest output] with shorter rows filled with the pad id (as batched
-    ``model.generate`` returns them) and ``rows`` each row's new tokens."""
+    ``model.generate`` returns them) and ``rows`` each row's new tokens.
+    ``scores`` / ``logits`` (one row, with ``output_scores`` /
+    ``output_logits``; else None): generate()'s, one [1, V] tensor a new
+    token, the processed scores the token was chosen from / the model's
+    raw logits."""
 
     sequences: torch.Tensor   # [B, prompt + new]
     prompt_length: int
     stats: loop.LoopStats
     rows: Optional[List[List[int]]] = None
+    scores: Optional[Tuple[torch.Tensor, ...]] = None
+    logits: Optional[Tuple[torch.Tensor, ...]] = None
 
     @property
     def new_tokens(self) -> Any:
@@ -113,6 +119,9 @@ def generate(
     input_ids = _prompt(input_ids)
     processors = _callables("logits_processor", logits_processor)
     criteria = _callables("stopping_criteria", stopping_criteria)
+    if input_ids.shape[0] > 1 and (config.output_scores or config.output_logits):
+        raise ValueError("output_scores/output_logits: not supported for a batch (batch size "
+                         f"{input_ids.shape[0]}); pass one row")
     ids, mask = _checked_inputs(model, input_ids, attention_mask, streamer, on_step)
     if streamer is not None:  # the streamer protocol of generate(): the prompt first, end() last
         streamer.put(input_ids.cpu())
@@ -122,7 +131,8 @@ def generate(
     if streamer is not None:
         streamer.end()
     return Generation(sequences=result.sequences, prompt_length=input_ids.shape[1], stats=result.stats,
-                      rows=result.rows if input_ids.shape[0] > 1 else None)
+                      rows=result.rows if input_ids.shape[0] > 1 else None, scores=result.scores,
+                      logits=result.logits)
 
 
 def _checked_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Any, streamer: Any,

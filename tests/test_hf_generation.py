@@ -62,6 +62,16 @@ def _growing_sequences(rng, start_len, steps):
         yield list(seq)
 
 
+def _their_candidates(generator, ids):
+    """transformers' generator's candidates for ``ids`` (5.0 also takes
+    whether it is the first iteration, which prompt lookup ignores)."""
+    import inspect
+
+    if "is_first_iteration" in inspect.signature(generator.get_candidates).parameters:
+        return generator.get_candidates(ids, False)
+    return generator.get_candidates(ids)
+
+
 def _eos_tensor(eos):
     import torch
 
@@ -98,7 +108,7 @@ def test_candidate_generator_matches_transformers(seed):
             break
         ids = torch.tensor([seq])
         got, got_logits = ours.get_candidates(ids)
-        want, want_logits = theirs.get_candidates(ids)
+        want, want_logits = _their_candidates(theirs, ids)
         assert got_logits is None and want_logits is None
         assert got.tolist() == want.tolist(), dict(seq=seq, k=k, ngram=ngram, eos=eos, max_length=max_length)
         assert got.dtype == want.dtype
@@ -148,7 +158,7 @@ def test_candidate_generator_restarts_on_a_shorter_sequence():
         seq = mf.repeated_prompt(rng, vocab=10, max_len=40)
         for cut in (len(seq), max(1, len(seq) // 2), len(seq), 1, len(seq)):
             ids = torch.tensor([seq[:cut]])
-            assert ours.get_candidates(ids)[0].tolist() == theirs.get_candidates(ids)[0].tolist()
+            assert ours.get_candidates(ids)[0].tolist() == _their_candidates(theirs, ids)[0].tolist()
             assert len(ours.index) == cut
 
 
@@ -198,6 +208,39 @@ def test_scores_and_logits_match_greedy(arch, monkeypatch):
             assert a.shape == (1, mf.VOCAB)
             torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     assert counter.calls == 6
+
+
+def test_pld_generate_returns_the_scores_and_logits_generate_does():
+    """pld.generate(output_scores=True, output_logits=True) puts
+    generate()'s scores and logits on the Generation (None when not asked
+    for); a batch is refused with a ValueError naming them."""
+    import torch
+    from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    prompt = _prompts("pld-generate-scores", 1)[0]
+    ids = mf.as_ids(prompt + mf.greedy(model, mf.as_ids(prompt), 24))  # (drafts are accepted)
+    with torch.no_grad():
+        # (every token attended: generate() would mask a prompt token equal to the pad id)
+        plain = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+                               return_dict_in_generate=True, output_scores=True, output_logits=True,
+                               repetition_penalty=1.01, eos_token_id=None)
+    penalty = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.01)])
+    ours = pld.generate(model, ids, max_new_tokens=16, eos_token_id=None, output_scores=True,
+                        output_logits=True, cost_aware=False, logits_processor=penalty)
+    assert ours.sequences.tolist() == plain.sequences.tolist()
+    assert len(ours.scores) == len(ours.logits) == 16
+    for got, want in ((ours.scores, plain.scores), (ours.logits, plain.logits)):
+        for a, b in zip(got, want):
+            assert a.shape == (1, mf.VOCAB)
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert ours.stats.accepted_draft_tokens > 0
+    bare = pld.generate(model, ids, max_new_tokens=4)
+    assert bare.scores is None and bare.logits is None
+    with pytest.raises(ValueError, match="output_scores/output_logits: not supported for a batch"):
+        pld.generate(model, ids.repeat(2, 1), max_new_tokens=4, output_scores=True)
 
 
 def _bare_greedy_scores_without_dict(model, ids):
@@ -507,14 +550,15 @@ def _pld_warnings(caplog):
     return [r for r in caplog.records if r.name == "pld" and r.levelno >= logging.WARNING]
 
 
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("flag", ["output_attentions", "output_hidden_states"])
 @pytest.mark.parametrize("arch", mf.ARCHS)
-def test_fallback_is_correct_and_logged_once(arch, flag, caplog, monkeypatch):
+def test_fallback_is_correct_and_logged_once(arch, flag, attn, caplog, monkeypatch):
     import torch
 
     import pld
 
-    model = mf.tiny_model(arch, attn="eager")  # sdpa cannot return attentions
+    model = mf.tiny_model(arch, attn=attn)  # (transformers' own prompt lookup fails on sdpa's)
     counter = mf.install_counter(monkeypatch)
     for prompt in _prompts(f"fallback-{arch}-{flag}", 3):
         ids = mf.as_ids(prompt)
@@ -528,9 +572,9 @@ def test_fallback_is_correct_and_logged_once(arch, flag, caplog, monkeypatch):
         records = _pld_warnings(caplog)
         assert len(records) == 1, [r.getMessage() for r in records]
         assert flag in records[0].getMessage()
-        assert "transformers" in records[0].getMessage()
+        assert "transformers' decoding without prompt lookup" in records[0].getMessage()
         field = "attentions" if flag == "output_attentions" else "hidden_states"
-        assert getattr(ours, field) is not None
+        assert len(getattr(ours, field)) == len(getattr(plain, field)) == 16
     assert counter.calls == 0
 
 
@@ -661,7 +705,7 @@ def test_generate_under_enable_looks_up_as_transformers_does(monkeypatch):
     for step in first_steps:
         # (an eos id no sequence holds: 4.57's generator needs one as a tensor)
         hf_gen = HFGenerator(eos_token_id=torch.tensor([10**6]), num_output_tokens=4, max_length=limit)
-        candidates, _ = hf_gen.get_candidates(torch.tensor([sequence[:at]]))
+        candidates, _ = _their_candidates(hf_gen, torch.tensor([sequence[:at]]))
         # (near the budget's end pld drafts no more than can still be kept)
         expected = candidates[0, at:at + max(0, limit - at - 1)].tolist()
         draft = [step.tree.tokens[i] for i in step.chosen] if step.tree is not None else []
