@@ -22,7 +22,8 @@ that does not grow with the context. Options come from
                   a step with w - 1 draft tokens costs 1 + s (w - 1) steps
                   without (no clock read; the default, 0.05, where vLLM
                   runs more than one rank)
-    corpus        a pld.Corpus file to load at start (must exist)
+    corpus        a pld.Corpus file to load at start (it must exist, unless
+                  it is also ``save_corpus``: a first run starts empty)
     learn         add each finished request's output to the corpus
                   (default true when a corpus is given or saved): at the
                   step that samples the model's end-of-sequence id, else
@@ -115,6 +116,11 @@ class DrafterOptions:
         self.save_every = _seconds("save_every", raw.get("save_every", 5.0))
         self.corpus_max_tokens = check_size("corpus_max_tokens", raw.get("corpus_max_tokens", 1 << 22), 1,
                                       _core.CORPUS_MAX_TOKENS)
+        if self.corpus is not None and not os.path.exists(self.corpus) and self.save_corpus is not None \
+                and os.path.abspath(self.corpus) == os.path.abspath(self.save_corpus):
+            logger.info("pld: no corpus at %r yet: the drafter starts with an empty one and saves it there",
+                        self.corpus)
+            self.corpus = None  # (a first run: learn stays on, as for save_corpus alone)
         if self.corpus is not None and not os.path.isfile(self.corpus):
             raise ValueError(f"additional_config['pld']['corpus']: no such file: {self.corpus!r}")
         if self.save_corpus is not None:

@@ -382,6 +382,24 @@ def test_the_corpus_is_saved_at_close_and_loaded_at_start(tmp_path):
     assert loaded.options.learn
 
 
+def test_a_corpus_that_is_also_the_save_path_starts_empty_on_a_first_run(tmp_path):
+    """``corpus`` and ``save_corpus`` the same path (load at start, save as
+    it learns): on the first run the file is not there yet, and the drafter
+    starts with an empty corpus and writes it; the next run loads it. A
+    missing corpus that is not the save path is still refused."""
+    path = str(tmp_path / "c.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, corpus=path, save_corpus=path))
+    assert drafter.options.learn and len(drafter.corpus) == 0
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :6] = [1, 7, 8, 9, 10, 11]
+    drafter.propose([[11]], np.array([6]), tokens)
+    drafter.close()
+    again = Drafter(config(k=4, corpus=path, save_corpus=path))
+    assert again.corpus.sequences() == [[11]]
+    with pytest.raises(ValueError, match="corpus.*no such file"):
+        Drafter(config(k=4, corpus=str(tmp_path / "other.pldc"), save_corpus=path))
+
+
 def _run(drafter, tokens, steps, row=0):
     """Row ``row`` (a one-row batch) takes each step's sampled ids in turn."""
     n = int(np.count_nonzero(tokens[row] != 0))
