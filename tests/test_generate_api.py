@@ -264,3 +264,29 @@ def test_render_of_a_real_generation(model):
         ansi = gen.render(tok, mode="ansi")
         has_multi = any(len(r.tokens) > 1 for r in gen.stats.records)
         assert ("\033[" in ansi) == has_multi
+
+
+def test_the_type_stub_names_what_import_pld_gives():
+    """pld/__init__.pyi (what type checkers read) imports every public name
+    from the module that defines it, and names every attribute ``import
+    pld`` gives: the eager ones, the lazy ones and the submodules."""
+    import ast
+    import importlib
+    import types
+    from pathlib import Path
+
+    import pld
+
+    stub = ast.parse((Path(pld.__file__).parent / "__init__.pyi").read_text())
+    named = set()
+    for node in stub.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:  # (not `from typing import ...`)
+            module = importlib.import_module(f"pld.{node.module}" if node.module else "pld")
+            for alias in node.names:
+                assert hasattr(module, alias.name), (node.module, alias.name)
+                named.add(alias.asname or alias.name)
+        elif isinstance(node, ast.AnnAssign):
+            named.add(node.target.id)
+    public = {n for n, v in vars(pld).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
+    public |= set(pld._LAZY) | set(pld._SUBMODULES) | {"__version__"}
+    assert public <= named, public - named

@@ -13,7 +13,7 @@ from . import DEFAULT_SUBCOMMAND, SUBCOMMANDS
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m pld bench",
-        description="pld benchmarks.")
+        description=f"pld benchmarks. Without a subcommand (options only): {DEFAULT_SUBCOMMAND}.")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
     modules = {}
     for name, (module_name, help_text) in SUBCOMMANDS.items():

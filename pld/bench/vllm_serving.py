@@ -36,6 +36,7 @@ and OUT/vllm.png.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import dataclasses
 import gc
 import math
@@ -472,6 +473,9 @@ def run(args: argparse.Namespace) -> int:
 
         parse_tasks(args.tasks, "spec-bench")
     known_methods(args.methods.split(","))
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("vLLM is not installed in this environment: `bench vllm` runs in a venv with "
+                         "pip install -e '.[vllm,bench]' (README, \"Serving with vLLM\")")
     drafter = drafter_times(args.k) if "drafter" in parts else []
     rows = (engine_runs(args) if "engine" in parts else []) + (stream_runs(args) if "stream" in parts else [])
     replayed = replay_rows(args) if "replay" in parts else []
