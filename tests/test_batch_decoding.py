@@ -98,7 +98,8 @@ def test_a_seeded_batch_does_not_depend_on_what_was_verified(arch):
     UniformStream.seeds(3)
     after = torch.random.get_rng_state()
     runs, accepted = [], []
-    for options in (dict(prompt_lookup_num_tokens=10, cost_aware=False), dict(prompt_lookup_num_tokens=1),
+    for options in (dict(prompt_lookup_num_tokens=10, cost_aware=False),
+                    dict(prompt_lookup_num_tokens=1, cost_aware=False),
                     dict(prompt_lookup_num_tokens=3, cost_aware=False), dict(cost_aware=True)):
         torch.manual_seed(5)
         gen = pld.generate(model, ids, attention_mask=mask, max_new_tokens=24, do_sample=True,
