@@ -301,14 +301,12 @@ def _plain_cache(model: Any, model_kwargs: dict) -> dict:
     from .kv_cache import dynamic_cache
 
     cache = _generate_cache(model_kwargs)
-    if type(cache) is not DynamicCache:
-        return model_kwargs
     try:
-        empty = cache.get_seq_length() == 0
+        if type(cache) is not DynamicCache or cache.get_seq_length() != 0:
+            return model_kwargs
     except ValueError:  # (5.24: a cache of linear-attention layers only, laid out for the model already)
         return model_kwargs
-    return {k: dynamic_cache(model) if v is cache else v for k, v in model_kwargs.items()} if empty \
-        else model_kwargs
+    return {k: dynamic_cache(model) if v is cache else v for k, v in model_kwargs.items()}
 
 
 def _plain_decoding_serves(model: Any, named: dict) -> bool:
