@@ -23,14 +23,19 @@ ROW_WISE_PROCESSORS = frozenset({
 
 
 def check_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
-    """An attention mask shaped like input_ids, of 0/1 values (a
-    ValueError naming it otherwise: pld's loop reads a mask as attend or
-    not, where a model may weigh another value in between)."""
+    """An attention mask shaped like input_ids, of 0/1 values, with a
+    token attended in every row (a ValueError naming it otherwise: pld's
+    loop reads a mask as attend or not, where a model may weigh another
+    value in between; a row that attends nothing has no defined output,
+    and models differ on what they make of it)."""
     if tuple(attention_mask.shape) != tuple(input_ids.shape):
         raise ValueError(f"attention_mask: expected the shape of input_ids {tuple(input_ids.shape)}, "
                          f"got {tuple(attention_mask.shape)}")
     if ((attention_mask != 0) & (attention_mask != 1)).any():
         raise ValueError("attention_mask: expected 0/1 values")
+    if input_ids.shape[-1] and not (attention_mask != 0).any(-1).all():
+        rows = (~(attention_mask != 0).any(-1)).reshape(-1).nonzero().flatten().tolist()
+        raise ValueError(f"attention_mask: rows {rows} attend no token of the prompt")
 
 
 def check_left_padded(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:

@@ -9,6 +9,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import torch
 
 from . import _renamed, loop
+from .batch_inputs import check_left_padded, check_mask
 from .hf_adapter import cache_blocker
 from .config import DecodeConfig
 from .render import render_steps
@@ -107,9 +108,11 @@ def generate(
     happens. ``cost_aware`` (default on) verifies the draft tokens whose
     expected gain pays for the wider forward on this machine
     (pld.width_budget); the output is the same either way. Memory follows
-    the output. ``attention_mask``: a tensor, list or array like input_ids.
-    A wrong type or value, or a model without a KV cache, raises an error
-    naming the argument.
+    the output. ``attention_mask``: a tensor, list or array like input_ids;
+    without one, generate()'s is inferred (the prompt's pad tokens masked
+    where the model's generation config names a pad id that is not an eos
+    id). A wrong type or value, or a model without a KV cache, raises an
+    error naming the argument.
     """
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.generate()")
     if config is not None and not isinstance(config, DecodeConfig):
@@ -123,6 +126,8 @@ def generate(
         raise ValueError("output_scores/output_logits: not supported for a batch (batch size "
                          f"{input_ids.shape[0]}); pass one row")
     ids, mask = _checked_inputs(model, input_ids, attention_mask, streamer, on_step)
+    if mask is None:
+        mask = _mask_from_padding(model, ids, config.with_model_eos(model).eos_token_id)
     if streamer is not None:  # the streamer protocol of generate(): the prompt first, end() last
         streamer.put(input_ids.cpu())
     with torch.no_grad():
@@ -147,6 +152,26 @@ def _checked_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Any, st
     device = next(iter(model.parameters()), input_ids).device
     mask = None if attention_mask is None else _mask(attention_mask, input_ids).to(device)
     return input_ids.to(device=device, dtype=torch.long), mask
+
+
+def _mask_from_padding(model: Any, input_ids: torch.Tensor, eos: Any) -> Optional[torch.Tensor]:
+    """The mask generate() infers where it is given none: the prompt's pad
+    tokens masked where the model's generation config names a pad id that
+    is not one of ``eos`` (the run's eos ids) and the prompt holds it; None
+    (every token attended) otherwise."""
+    pad = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad in (eos or ()):
+        return None
+    is_pad = input_ids == pad
+    if not bool(is_pad.any()):
+        return None
+    mask = (~is_pad).long()
+    try:
+        check_left_padded(input_ids, mask) if input_ids.shape[0] > 1 else check_mask(input_ids, mask)
+    except ValueError as error:
+        raise ValueError(f"input_ids: the prompt holds the model's pad id {pad}, which generate() masks where "
+                         f"no attention_mask is given (pass one to say otherwise): {error}") from None
+    return mask
 
 
 def _prompt(input_ids: Any) -> torch.Tensor:

@@ -239,6 +239,53 @@ def test_left_padded_attention_mask(arch, monkeypatch):
 
 
 @pytest.mark.parametrize("arch", mf.ARCHS)
+def test_pad_tokens_without_a_mask_are_masked_as_generate_does(arch):
+    """pld.generate without an attention_mask attends what generate() does:
+    the pad id masked where the generation config names one that is not an
+    eos id (left padding, padding inside one row, a left-padded batch), and
+    every token where the pad id is an eos id."""
+    import torch
+
+    import pld
+
+    model = mf.tiny_model(arch)
+    rng = random.Random(f"inferred-mask-{arch}")
+    for _ in range(3):
+        prompt = mf.repeated_prompt(rng, max_len=30)
+        cut = rng.randint(1, len(prompt) - 1)
+        for tokens in ([mf.PAD] * rng.randint(1, 4) + prompt, prompt[:cut] + [mf.PAD] * 2 + prompt[cut:]):
+            ids = mf.as_ids(tokens)
+            assert pld.generate(model, ids, max_new_tokens=16, eos_token_id=None).new_tokens == \
+                mf.greedy(model, ids, 16)
+            # the pad id as eos: generate() infers no mask (the run stops at it, so compare one token)
+            assert pld.generate(model, ids, max_new_tokens=1, eos_token_id=mf.PAD).new_tokens == \
+                mf.greedy(model, ids, 1, eos=mf.PAD)
+    other = mf.repeated_prompt(rng, min_len=12, max_len=12)
+    batch = torch.tensor([other, [mf.PAD] * 4 + other[4:]])
+    got = pld.generate(model, batch, max_new_tokens=12, eos_token_id=None).new_tokens
+    assert got == [mf.greedy(model, batch[r:r + 1], 12) for r in range(2)]
+
+
+@pytest.mark.parametrize("arch", ["llama", "gpt2"])
+def test_a_prompt_that_attends_nothing(arch):
+    """A row whose mask attends no prompt token has no defined output (the
+    tiny GPT-2 and pld's loop disagree on it): pld.generate refuses it
+    naming the mask; under enable() generate() serves it as without pld."""
+    import torch
+
+    import pld
+
+    model = mf.tiny_model(arch)
+    ids = mf.as_ids([5, 6, 7, 5, 6])
+    with pytest.raises(ValueError, match="attention_mask: rows \\[0\\] attend no token"):
+        pld.generate(model, ids, attention_mask=torch.zeros_like(ids), max_new_tokens=4)
+    with pytest.raises(ValueError, match="input_ids: the prompt holds the model's pad id"):
+        pld.generate(model, mf.as_ids([mf.PAD] * 3), max_new_tokens=4)
+    mask = torch.zeros_like(ids)
+    assert mf.hf_pld(model, ids, 8, 3, attention_mask=mask) == mf.greedy(model, ids, 8, attention_mask=mask)
+
+
+@pytest.mark.parametrize("arch", mf.ARCHS)
 def test_adaptive_draft_length_same_tokens(arch):
     import torch
     from transformers import DynamicCache

@@ -223,8 +223,7 @@ def test_pld_generate_returns_the_scores_and_logits_generate_does():
     prompt = _prompts("pld-generate-scores", 1)[0]
     ids = mf.as_ids(prompt + mf.greedy(model, mf.as_ids(prompt), 24))  # (drafts are accepted)
     with torch.no_grad():
-        # (every token attended: generate() would mask a prompt token equal to the pad id)
-        plain = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16,
+        plain = model.generate(ids, do_sample=False, max_new_tokens=16,
                                return_dict_in_generate=True, output_scores=True, output_logits=True,
                                repetition_penalty=1.01, eos_token_id=None)
     penalty = LogitsProcessorList([RepetitionPenaltyLogitsProcessor(1.01)])
