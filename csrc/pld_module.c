@@ -31,7 +31,12 @@
  *   - The GIL is released over long loops only on memory nobody else can
  *     free meanwhile: the binding's own copies and buffer exports (an
  *     exporter keeps the memory until the view is released). A DLPack view
- *     is read with the GIL held: another thread could resize the tensor.
+ *     is read with the GIL held, which is all the binding can do: torch's
+ *     resize_() and set_() run without the GIL, so a caller's thread that
+ *     resizes a tensor while pld reads it frees memory under the read, as
+ *     it would under torch's own kernels. The contract:
+ *     a tensor passed to pld is not resized or re-pointed meanwhile (README,
+ *     "The C core from Python").
  *
  * Sections: errors | views of arrays | token inputs | float inputs | small
  * parsers | find_candidate | NgramIndex | DraftState | Corpus | acceptance |
@@ -1648,6 +1653,8 @@ static PyObject *NgramIndex_repr(NgramIndexObject *self)
 {
     if (self->index == NULL)
         return PyUnicode_FromString("<NgramIndex (uninitialised)>");
+    if (self->busy) /* another thread extends it with the GIL released: its length is not ours to read */
+        return PyUnicode_FromString("<NgramIndex (in use by another thread)>");
     return PyUnicode_FromFormat("NgramIndex(max_ngram_size=%zu, min_ngram_size=%zu, "
                                 "policy='%s') with %zu tokens",
                                 pld_index_max_n(self->index), pld_index_min_n(self->index),
@@ -2642,8 +2649,8 @@ static PyTypeObject DraftStateType = {
  * (CORPUS_LOCKED): a thread waiting for the lock never blocks the GIL, and
  * the thread holding it calls no Python API, so they cannot deadlock. All
  * arguments are converted, validated and copied into memory the binding
- * owns (or a buffer export, which nobody can free meanwhile) before the
- * lock is taken. The settings are fixed at __init__ (a second __init__ is
+ * owns (or a buffer export, which its exporter keeps until it is released)
+ * before the lock is taken. The settings are fixed at __init__ (a second __init__ is
  * refused), so their getters need no lock. */
 
 typedef struct {
@@ -2896,14 +2903,16 @@ static PyObject *Corpus_sequence(CorpusObject *self, PyObject *arg)
     return result;
 }
 
-/* _export() -> (tokens, lengths): every held sequence, oldest first, as two
- * bytes objects of native int64 (the tokens one after another, and each
- * sequence's length), copied under one hold of the lock: a consistent
- * snapshot for Corpus.save and Corpus.sequences. */
+/* _export() -> (tokens, lengths, evicted): every held sequence, oldest
+ * first, as two bytes objects of native int64 (the tokens one after
+ * another, and each sequence's length), and the count of sequences evicted
+ * before them, copied under one hold of the lock: a consistent snapshot for
+ * Corpus.save and Corpus.sequences. */
 static PyObject *Corpus_export(CorpusObject *self, PyObject *unused)
 {
     int64_t *toks = NULL, *lens = NULL;
     size_t total = 0, count = 0;
+    uint64_t evicted = 0;
     int nomem = 0;
     PyObject *result = NULL;
     (void)unused;
@@ -2913,6 +2922,7 @@ static PyObject *Corpus_export(CorpusObject *self, PyObject *unused)
         size_t i, at = 0;
         total = pld_corpus_tokens(self->corpus);
         count = pld_corpus_sequences(self->corpus);
+        evicted = pld_corpus_evicted(self->corpus);
         toks = PyMem_RawMalloc((total ? total : 1) * sizeof(int64_t));
         lens = PyMem_RawMalloc((count ? count : 1) * sizeof(int64_t));
         if (toks == NULL || lens == NULL) {
@@ -2931,8 +2941,9 @@ static PyObject *Corpus_export(CorpusObject *self, PyObject *unused)
     if (nomem)
         PyErr_NoMemory();
     else
-        result = Py_BuildValue("(y#y#)", (const char *)toks, (Py_ssize_t)(total * sizeof(int64_t)),
-                               (const char *)lens, (Py_ssize_t)(count * sizeof(int64_t)));
+        result = Py_BuildValue("(y#y#K)", (const char *)toks, (Py_ssize_t)(total * sizeof(int64_t)),
+                               (const char *)lens, (Py_ssize_t)(count * sizeof(int64_t)),
+                               (unsigned long long)evicted);
     PyMem_RawFree(toks);
     PyMem_RawFree(lens);
     return result;

@@ -129,8 +129,10 @@ def _ids(value: Any) -> Any:
 
 def _signature(value: Any, name: str = "signature") -> Tuple:
     """A model signature as nested tuples of None, bool, int and str (what
-    JSON keeps); lists become tuples."""
-    def norm(v: Any) -> Any:
+    JSON keeps); lists become tuples. At most _MAX_HEADER_DEPTH - 1 levels
+    (what a file's header keeps): deeper, or a list that holds itself, is a
+    TypeError naming ``name``."""
+    def norm(v: Any, level: int = 1) -> Any:
         # exact str, int and tuple: the values are compared under the lock,
         # where a subclass's __eq__ (caller code) must not run
         if v is None or isinstance(v, bool):
@@ -138,7 +140,10 @@ def _signature(value: Any, name: str = "signature") -> Tuple:
         if isinstance(v, str):
             return _exact_str(v)
         if isinstance(v, (tuple, list)):
-            return tuple(norm(x) for x in v)
+            if level >= _MAX_HEADER_DEPTH:
+                raise TypeError(f"{name}: nests deeper than {_MAX_HEADER_DEPTH - 1} levels "
+                                "(or holds itself)")
+            return tuple(norm(x, level + 1) for x in v)
         try:
             return int.__index__(operator.index(v))  # ints, NumPy / torch integers
         except TypeError:
@@ -155,10 +160,13 @@ def _exact_str(value: Any) -> str:
     return str.__str__(value)
 
 
-def _on_cpu(tokens: Any, tail: Optional[int] = None) -> Any:
+def _on_cpu(tokens: Any, name: str, tail: Optional[int] = None) -> Any:
     """A tensor on an accelerator, copied to the CPU (only its last `tail`
-    ids when given); anything else as it is."""
+    ids when given); anything else as it is. A tensor on the meta device
+    (no values) is a ValueError naming the argument ``name``."""
     device = getattr(tokens, "device", None)
+    if device is not None and getattr(device, "type", "cpu") == "meta":
+        raise ValueError(f"{name}: a tensor on the meta device holds no ids")
     if device is not None and getattr(device, "type", "cpu") != "cpu":
         if tail is not None and getattr(tokens, "ndim", 1) == 1 and tokens.shape[0] > tail:
             tokens = tokens[-tail:]
@@ -215,7 +223,7 @@ class Corpus:
         ``max_tokens`` of them; an empty sequence is ignored (ValueError
         naming ``tokens`` otherwise, and nothing is added). The oldest
         generation goes while more than ``max_tokens`` tokens are held."""
-        self._core.add(_on_cpu(tokens))
+        self._core.add(_on_cpu(tokens, "tokens"))
 
     def offer(self, tokens: List[int]) -> bool:
         """Add a finished generation's output (a list of ids) as far as the
@@ -245,12 +253,12 @@ class Corpus:
         gives its newest ``per_ngram`` occurrences; each continues for at
         most ``depth`` tokens within its sequence, cut before an
         ``eos_token_id``; at most ``max_nodes`` nodes."""
-        return self._core.propose_tree(_on_cpu(context, self._core.max_ngram), depth, per_ngram,
+        return self._core.propose_tree(_on_cpu(context, "context", self._core.max_ngram), depth, per_ngram,
                                        max_nodes, eos_token_id)
 
     def sequences(self) -> List[List[int]]:
         """Every sequence held, oldest first (one consistent snapshot)."""
-        tokens, lengths = self._snapshot()
+        tokens, lengths, _ = self._snapshot()
         return [tokens[a:b].tolist() for a, b in _spans(lengths)]
 
     def clear(self) -> None:
@@ -392,13 +400,14 @@ class Corpus:
 
     # ----------------------------------------------------------- save/load
 
-    def _snapshot(self) -> Tuple[array.array, array.array]:
-        """(tokens, lengths) as int64 arrays, from one hold of the core's lock."""
-        raw_tokens, raw_lengths = self._core._export()
+    def _snapshot(self) -> Tuple[array.array, array.array, int]:
+        """(tokens, lengths, evicted): the held sequences as int64 arrays and
+        the count evicted before them, from one hold of the core's lock."""
+        raw_tokens, raw_lengths, evicted = self._core._export()
         tokens, lengths = array.array("q"), array.array("q")
         tokens.frombytes(raw_tokens)
         lengths.frombytes(raw_lengths)
-        return tokens, lengths
+        return tokens, lengths, evicted
 
     def save(self, path: Any) -> None:
         """Write the corpus to ``path`` (format: the module's docstring),
@@ -413,14 +422,14 @@ class Corpus:
         if os.path.exists(path) and not os.path.isfile(path):
             raise ValueError(f"path: {path!r} is not a regular file: a save would replace it")
         with self._lock:
-            tokens, lengths = self._snapshot()
+            tokens, lengths, evicted = self._snapshot()
             header = {
                 # (the file keeps its keys "min_ngram"/"max_ngram": files of every
                 # release read alike)
                 "max_tokens": self.max_tokens, "min_ngram": self.min_ngram_size,
                 "max_ngram": self.max_ngram_size, "segments": self.segments,
                 "n_sequences": len(lengths), "n_tokens": len(tokens),
-                "segments_used": None, "evicted": self._evicted_base + self._core.evicted,
+                "segments_used": None, "evicted": self._evicted_base + evicted,
                 "vocab_size": self._vocab_size, "signature": self._signature,
                 "fingerprint": self._fingerprint,
                 "trust": {"layout": list(LAYOUT),
@@ -673,17 +682,23 @@ def _read_trust(trust: Any, bad, path: str) -> Dict[Tuple[int, ...], List[float]
 
 #: How deep a header's JSON may nest (save writes 4 levels: the trust's buckets).
 _MAX_HEADER_DEPTH = 16
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]")
+#: A string (to its closing quote, or to the end if it has none: either way
+#: a match, so nothing is tried again from a later quote) or a bracket.
+_JSON_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 
 
 def _json_depth(text: str) -> int:
     """The deepest nesting of JSON arrays and objects in ``text``
-    (brackets inside strings do not count), found without parsing."""
+    (brackets inside strings do not count), found without parsing, in time
+    linear in its length."""
     depth = deepest = 0
-    for ch in _NOT_BRACKET.sub("", _JSON_STRING.sub("", text)):
-        depth += 1 if ch in "[{" else -1
-        deepest = max(deepest, depth)
+    for match in _JSON_STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token == "[" or token == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token == "]" or token == "}":
+            depth -= 1
     return deepest
 
 
@@ -693,10 +708,15 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     without blocking, checked before any read) and for a larger file."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # (a folder opens; fdopen would refuse it naming the fd)
             raise bad("not a regular file")
+        f = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
         if info.st_size > limit:
             raise bad(f"{info.st_size} bytes, more than any corpus file can hold")
         data = f.read(info.st_size + 1)  # bounded: one byte more tells a file that grew

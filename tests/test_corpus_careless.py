@@ -13,6 +13,8 @@ import logging
 import os
 import stat
 import struct
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -105,8 +107,12 @@ def test_a_device_or_a_pipe_is_refused_before_it_is_read(tmp_path):
     os.mkfifo(fifo)
     done, error = _finishes(Corpus.load, fifo)  # (opening a pipe for reading blocks without a writer)
     assert done and isinstance(error, ValueError) and "not a regular file" in str(error)
-    done, error = _finishes(Corpus.load, tmp_path)
-    assert done and isinstance(error, (ValueError, IsADirectoryError, PermissionError))
+    fds = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        done, error = _finishes(Corpus.load, tmp_path)  # a folder opens; it is refused as the others
+        assert done and isinstance(error, ValueError) and "not a regular file" in str(error)
+        assert str(tmp_path) in str(error)
+    assert len(os.listdir("/proc/self/fd")) == fds  # (no descriptor left open)
 
 
 def test_a_file_larger_than_the_format_allows_is_refused_unread(tmp_path, monkeypatch):
@@ -138,10 +144,24 @@ def test_huge_numbers_and_deep_nesting_in_a_header_are_value_errors(tmp_path):
             Corpus.load(path)
 
 
+def test_a_header_of_one_unterminated_string_is_refused_at_once(tmp_path):
+    """An unterminated string of escaped quotes (the worst case of a
+    backtracking scan: hours at 1 MiB) is read once, and refused as JSON."""
+    path = _file(tmp_path, raw_header=('"' + '\\"' * ((1 << 20) // 2 - 1)).encode())
+    # (in a process of its own: a scan that holds the GIL would hold this one's threads too)
+    script = ("import sys, pld\ntry:\n    pld.Corpus.load(sys.argv[1])\nexcept ValueError as e:\n"
+              "    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(path)], capture_output=True, text=True,
+                          timeout=WAIT, check=True)
+    assert "unreadable header" in done.stdout
+
+
 def test_brackets_inside_strings_do_not_count_as_nesting(tmp_path):
     path = _file(tmp_path, {"fingerprint": "[" * 40 + '"{' * 5})
     assert Corpus.load(path).fingerprint == "[" * 40 + '"{' * 5
     assert corpus_module._json_depth('{"a": [1, "[[[", {"b": "\\"["}]}') == 3
+    assert corpus_module._json_depth('[["x\\\\"], ["\\\\\\"]"]]') == 2  # (escaped backslashes)
+    assert corpus_module._json_depth('[[ "unterminated [[[') == 2
 
 
 def test_learn_refuses_counts_no_float_holds():
@@ -332,3 +352,62 @@ def test_bind_vocab_refuses_bad_arguments_and_converts_them_before_its_lock():
     with pytest.raises(ValueError, match="token id 50"):
         c.add([50])  # the bound that call set
     assert core._bind_vocab(4, False) == 4  # the largest id held (4) is not below 4
+
+
+# ---------------------------------------------------------- odd arguments
+
+def test_a_saved_file_counts_the_evictions_of_the_sequences_it_holds(tmp_path):
+    """The evicted count and the sequences a file holds come from one
+    snapshot, whatever another thread adds meanwhile. Sequence i is
+    [i] * 50, so in a consistent file the oldest held is number evicted."""
+    c = Corpus(400, segments=4)
+    path = tmp_path / "c.pldc"
+    stop = threading.Event()
+
+    def add():
+        i = 0
+        while not stop.is_set():
+            c.add([i] * 50)  # (an eviction every other add)
+            i += 1
+
+    adder = threading.Thread(target=add, daemon=True)
+    adder.start()
+    try:
+        wrong = []
+        for _ in range(300):
+            c.save(path)
+            loaded = Corpus.load(path)
+            if loaded.num_sequences and loaded.evicted != loaded.sequences()[0][0]:
+                wrong.append((loaded.evicted, loaded.sequences()[0][0]))
+    finally:
+        stop.set()
+        adder.join(WAIT)
+    assert wrong == []
+
+
+def test_a_tensor_on_the_meta_device_is_a_value_error_naming_it():
+    torch = pytest.importorskip("torch")
+    c = Corpus(100)
+    meta = torch.empty(4, dtype=torch.long, device="meta")
+    with pytest.raises(ValueError, match="tokens: a tensor on the meta device"):
+        c.add(meta)
+    with pytest.raises(ValueError, match="context: a tensor on the meta device"):
+        c.propose_tree(meta, 3)
+    assert c.offer(meta) is False and len(c) == 0  # (an optional corpus: a warning, not an error)
+
+
+def test_a_signature_that_holds_itself_or_nests_too_deep_is_a_type_error():
+    c = Corpus(100)
+    holds_itself = []
+    holds_itself.append(holds_itself)
+    deep = (1,)
+    for _ in range(5000):
+        deep = (deep,)
+    for signature in (holds_itself, deep):
+        with pytest.raises(TypeError, match="signature: nests deeper than 15 levels"):
+            c.bind(10, signature)
+    ok = (1,)
+    for _ in range(14):
+        ok = (ok,)
+    c.bind(10, ok)  # 15 levels: what a file's header keeps
+    assert c.vocab_size == 10
