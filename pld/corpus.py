@@ -503,11 +503,10 @@ class Corpus:
         return corpus
 
 
-def _read_header(data: bytes, bad: Callable[[str], ValueError]) -> Tuple[dict, int]:
-    """A corpus file's JSON header, and where its body starts, after the
-    magic, the version, the lengths and the checksum are checked."""
-    size = len(data)
-    if size < _PREFIX.size + _DIGEST:
+def _check_prefix(data: bytes, size: int, bad: Callable[[str], ValueError]) -> int:
+    """The header's length, after the magic, the version and the lengths
+    at the start of ``data`` (a file of ``size`` bytes) are checked."""
+    if size < _PREFIX.size + _DIGEST or len(data) < _PREFIX.size:
         raise bad(f"truncated: {size} bytes")
     magic, version, hlen = _PREFIX.unpack_from(data, 0)
     if magic != MAGIC:
@@ -516,6 +515,13 @@ def _read_header(data: bytes, bad: Callable[[str], ValueError]) -> Tuple[dict, i
         raise bad(f"unsupported version {version} (this pld reads version {VERSION})")
     if hlen > _MAX_HEADER or _PREFIX.size + hlen + _DIGEST > size:
         raise bad(f"header length {hlen} runs past the end of the file ({size} bytes): truncated?")
+    return hlen
+
+
+def _read_header(data: bytes, bad: Callable[[str], ValueError]) -> Tuple[dict, int]:
+    """A corpus file's JSON header, and where its body starts, after the
+    magic, the version, the lengths and the checksum are checked."""
+    hlen = _check_prefix(data, len(data), bad)
     if hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
         raise bad("checksum mismatch: the file is corrupt or truncated")
     try:
@@ -705,7 +711,9 @@ def _json_depth(text: str) -> int:
 def _read_regular_file(path: str, limit: int, bad) -> bytes:
     """The bytes of the regular file ``path``, at most ``limit`` of them:
     ValueError via ``bad`` for a device, a pipe or a directory (opened
-    without blocking, checked before any read) and for a larger file."""
+    without blocking, checked before any read), for a larger file, and
+    for one whose first bytes are not a corpus file's (checked before the
+    rest is read: a large file of another kind costs no memory)."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags)
     try:
@@ -719,6 +727,8 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     with f:
         if info.st_size > limit:
             raise bad(f"{info.st_size} bytes, more than any corpus file can hold")
+        _check_prefix(f.read(_PREFIX.size), info.st_size, bad)
+        f.seek(0)
         data = f.read(info.st_size + 1)  # bounded: one byte more tells a file that grew
     if len(data) != info.st_size:
         raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")

@@ -34,7 +34,8 @@ that does not grow with the context. Options come from
                   timer if no step comes, and when the drafter closes; by
                   tensor-parallel rank 0 alone, and by data-parallel
                   engine i > 0 to ``save_corpus + ".dp<i>"``
-    corpus_max_tokens   size of a new corpus (default 1 << 22)
+    corpus_max_tokens   size of a new corpus (default 1 << 22; a loaded one
+                  keeps its file's, with a warning where they differ)
 
 Rows carry no request ids and vLLM moves them between steps (finished
 requests leave, rows are condensed, preempted requests come back elsewhere),
@@ -59,6 +60,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import stat
 import threading
 import time
 import weakref
@@ -96,7 +98,7 @@ class DrafterOptions:
             raw = {}
         if not isinstance(raw, dict):
             raise TypeError(f"additional_config['pld'] must be a dict, got {type(raw).__name__}")
-        unknown = sorted(set(raw) - OPTIONS)
+        unknown = sorted(set(raw) - OPTIONS, key=repr)  # (keys of any type: the Python API takes them)
         if unknown:
             raise ValueError(f"additional_config['pld']: unknown option(s) {unknown}; known: {sorted(OPTIONS)}")
         self.k = check_size("num_speculative_tokens", k, 1, _core.MAX_DRAFT)
@@ -122,7 +124,10 @@ class DrafterOptions:
                         self.corpus)
             self.corpus = None  # (a first run: learn stays on, as for save_corpus alone)
         if self.corpus is not None and not os.path.isfile(self.corpus):
-            raise ValueError(f"additional_config['pld']['corpus']: no such file: {self.corpus!r}")
+            what = "not a regular file" if os.path.exists(self.corpus) else "no such file"
+            raise ValueError(f"additional_config['pld']['corpus']: {what}: {self.corpus!r}")
+        #: whether corpus_max_tokens was given (a loaded corpus keeps its file's size)
+        self.corpus_max_tokens_given = "corpus_max_tokens" in raw
         if self.save_corpus is not None:
             _check_writable("save_corpus", self.save_corpus)
 
@@ -176,6 +181,19 @@ def _check_writable(name: str, path: str) -> None:
         raise ValueError(f"additional_config['pld']['{name}']: no such folder: {folder!r}")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise ValueError(f"additional_config['pld']['{name}']: cannot write in {folder!r}")
+    if os.path.exists(path) and not _may_replace(path, folder):
+        raise ValueError(f"additional_config['pld']['{name}']: {path!r} belongs to another user in a "
+                         f"folder that lets only a file's owner replace it (sticky, as /tmp)")
+
+
+def _may_replace(path: str, folder: str) -> bool:
+    """Whether this process may rename a file over ``path``: in a sticky
+    folder only the file's owner, the folder's, or root may."""
+    if not hasattr(os, "geteuid"):
+        return True
+    euid = os.geteuid()
+    held, within = os.stat(folder), os.stat(path)
+    return not held.st_mode & stat.S_ISVTX or euid in (0, held.st_uid, within.st_uid)
 
 
 def _path(name: str, value: Any) -> Optional[str]:
@@ -617,8 +635,9 @@ class Drafter:
 
     def close(self) -> None:
         """The requests still in rows offer the corpus their outputs, and
-        the corpus is saved if it learned since the last save (once; also at
-        exit, if the process exits normally)."""
+        the corpus is saved if it learned since the last save (once; also
+        when vLLM drops the drafter, and at exit if the process exits
+        normally)."""
         if self._closed:
             return
         self._closed = True
@@ -645,6 +664,16 @@ class Drafter:
                 except (OSError, ValueError) as error:  # the served outputs stand
                     self._unsaved = True
                     logger.warning("pld: could not save the corpus to %r (%s)", self._save_path, error)
+
+    def __del__(self) -> None:
+        # vLLM's worker drops its drafter as it shuts down, before the process
+        # exits (atexit's weak reference, and a waiting save timer's, are dead
+        # by then): the drafter closes as it goes
+        if getattr(self, "_closed", True) is False:
+            try:
+                self.close()
+            except Exception:  # noqa: BLE001 - a finalizer raises to no one: say it
+                logger.exception("pld: the drafter could not learn or save as it closed")
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """vLLM's hook for drafters with weights: pld has none."""
@@ -728,7 +757,14 @@ def _open_corpus(options: DrafterOptions, model: Any) -> Any:
     from .corpus import Corpus, model_signature
 
     if options.corpus is not None:
-        corpus = Corpus.load(options.corpus)
+        try:
+            corpus = Corpus.load(options.corpus)
+        except (OSError, ValueError) as error:  # (unreadable, or not a corpus file)
+            raise ValueError(f"additional_config['pld']['corpus']: {error}") from None
+        if options.corpus_max_tokens_given and corpus.max_tokens != options.corpus_max_tokens:
+            logger.warning("pld: corpus_max_tokens (%d) sizes a new corpus only: the one loaded from %r "
+                           "keeps its file's max_tokens (%d)", options.corpus_max_tokens, options.corpus,
+                           corpus.max_tokens)
     else:
         corpus = Corpus(options.corpus_max_tokens)
     vocab = int(model.get_vocab_size())

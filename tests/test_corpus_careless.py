@@ -115,6 +115,26 @@ def test_a_device_or_a_pipe_is_refused_before_it_is_read(tmp_path):
     assert len(os.listdir("/proc/self/fd")) == fds  # (no descriptor left open)
 
 
+def test_a_large_file_of_another_kind_is_refused_from_its_first_bytes(tmp_path):
+    """Wrong magic or version is found before the rest is read: a 256 MiB
+    file of another kind allocates nothing of its size."""
+    import tracemalloc
+
+    for start in (b"NOTPLDC\0" + bytes(8), MAGIC + struct.pack("<II", VERSION + 1, 0)):
+        path = tmp_path / "big"
+        with open(path, "wb") as f:
+            f.write(start)
+            f.truncate(256 << 20)  # (sparse: no disk)
+        tracemalloc.start()
+        try:
+            with pytest.raises(ValueError, match="wrong magic|unsupported version"):
+                Corpus.load(path)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20
+
+
 def test_a_file_larger_than_the_format_allows_is_refused_unread(tmp_path, monkeypatch):
     path = _file(tmp_path)
     size = path.stat().st_size

@@ -9,6 +9,7 @@ sanitizers too.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import random
@@ -596,6 +597,28 @@ def test_closing_learns_the_requests_still_in_rows(tmp_path):
     assert Corpus.load(path).sequences() == [[11, 12, 13]]
 
 
+def test_a_drafter_vllm_drops_learns_and_saves_as_it_goes(tmp_path):
+    """vLLM's worker drops its drafter before the process exits (so an
+    atexit hook finds it gone): the requests still in rows are learned,
+    and a save that waited on the timer is written, as it goes."""
+    path = str(tmp_path / "c.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=path, save_every=3600))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    tokens[0, :2] = [20, 10]
+    _run(drafter, tokens, [[11], [12, 13]])  # cut by max_tokens: no EOS
+    del drafter
+    gc.collect()
+    assert Corpus.load(path).sequences() == [[11, 12, 13]]
+
+    path = str(tmp_path / "d.pldc")
+    drafter = Drafter(config(k=4, adaptive=False, save_corpus=path, save_every=3600))
+    _run(drafter, tokens, [[11, 2], [12, 2]])  # the first saved at once, the second waits on the timer
+    assert Corpus.load(path).sequences() == [[11, 2]]
+    del drafter
+    gc.collect()
+    assert Corpus.load(path).sequences() == [[11, 2], [12, 2]]
+
+
 def test_best_chain_follows_the_most_supported_child():
     # root -> 5 (support 1) / 6 (support 3); 6 -> 7 (2) / 8 (2): first on ties
     assert best_chain([5, 6, 7, 8], [-1, -1, 1, 1], [1, 1, 2, 2], [2, 2, 2, 2], [1, 3, 2, 2]).tokens == [6, 7]
@@ -625,6 +648,8 @@ def test_best_chain_follows_the_most_supported_child():
     (4, {"verify_cost": 10 ** 400}, "verify_cost"),
     (4, {"save_every": 10 ** 400}, "save_every"),
     (4, {"verify_cost": np.array(["learned"])}, "verify_cost"),
+    (4, {"corpus": "/"}, "corpus.*not a regular file"),
+    (4, {"corpus": "/dev/null"}, "corpus.*not a regular file"),
 ])
 def test_bad_options_are_refused_at_start(k, options, message):
     with pytest.raises((TypeError, ValueError), match=message):
@@ -648,11 +673,26 @@ def test_a_save_path_that_is_not_a_regular_file_is_refused_at_start(tmp_path):
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe"]
 
 
-def test_bad_corpus_files_are_refused_at_start(tmp_path):
+def test_bad_corpus_files_are_refused_at_start(tmp_path, monkeypatch, caplog):
     bad = tmp_path / "bad.pldc"
     bad.write_bytes(b"PLDCORP\0garbage")
-    with pytest.raises(ValueError, match="bad.pldc"):
+    with pytest.raises(ValueError, match="additional_config.*corpus.*bad.pldc"):
         Drafter(config(corpus=str(bad)))
+    good = Corpus(1000)
+    good.add([1, 2, 3])
+    path = str(tmp_path / "good.pldc")
+    good.save(path)
+
+    def unreadable(*args, **kwargs):  # (what a mode-000 file gives a user other than root)
+        raise PermissionError(13, "Permission denied", path)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Corpus, "load", unreadable)
+        with pytest.raises(ValueError, match="additional_config.*corpus.*Permission denied"):
+            Drafter(config(corpus=path))
+    with caplog.at_level(logging.WARNING, logger="pld"):
+        assert Drafter(config(corpus=path, corpus_max_tokens=50)).corpus.max_tokens == 1000
+    assert "corpus_max_tokens (50) sizes a new corpus only" in caplog.text
     other = Corpus(1000)
     other.add([1, 2, VOCAB + 5])  # an id beyond this model's vocabulary
     path = str(tmp_path / "other.pldc")
@@ -661,10 +701,32 @@ def test_bad_corpus_files_are_refused_at_start(tmp_path):
         Drafter(config(corpus=path))
 
 
+def test_a_save_path_this_user_may_not_replace_is_refused_at_start(tmp_path, monkeypatch):
+    """In a sticky folder (as /tmp) only a file's owner, the folder's or
+    root may replace it: another's file there would fail every save."""
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    path = folder / "c.pldc"
+    path.write_bytes(b"")
+    owner = os.stat(path).st_uid
+    monkeypatch.setattr(os, "geteuid", lambda: owner + 1)  # (another user than the file's and the folder's)
+    with pytest.raises(ValueError, match="save_corpus.*belongs to another user"):
+        Drafter(config(save_corpus=str(path)))
+    folder.chmod(0o777)  # not sticky: anyone who may write there may replace it
+    Drafter(config(save_corpus=str(path))).close()
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    folder.chmod(0o1777)
+    Drafter(config(save_corpus=str(path))).close()
+
+
 def test_additional_config_must_be_a_dict():
     cfg = config()
     cfg.additional_config = {"pld": [1]}
     with pytest.raises(TypeError, match="additional_config"):
+        Drafter(cfg)
+    cfg.additional_config = {"pld": {1: 2, "ngram": 3}}  # (keys of two types: the Python API takes any)
+    with pytest.raises(ValueError, match="unknown option.*'ngram'"):
         Drafter(cfg)
 
 
