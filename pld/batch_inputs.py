@@ -33,8 +33,9 @@ def check_mask(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> None:
                          f"got {tuple(attention_mask.shape)}")
     if ((attention_mask != 0) & (attention_mask != 1)).any():
         raise ValueError("attention_mask: expected 0/1 values")
-    if input_ids.shape[-1] and not (attention_mask != 0).any(-1).all():
-        rows = (~(attention_mask != 0).any(-1)).reshape(-1).nonzero().flatten().tolist()
+    attends_nothing = ~(attention_mask != 0).any(-1)
+    if input_ids.shape[-1] and attends_nothing.any():
+        rows = attends_nothing.reshape(-1).nonzero().flatten().tolist()
         raise ValueError(f"attention_mask: rows {rows} attend no token of the prompt")
 
 
