@@ -137,8 +137,8 @@ def from_scores(scores: torch.Tensor, nodes: Sequence[int], parents: Sequence[in
         path, tokens = _core.accept_greedy(nodes, scores.argmax(dim=-1).tolist(), parents)
     else:
         probs = torch.softmax(scores, dim=-1)
-        if probs.device.type == "cpu":
-            path, tokens = _core.accept_sample(nodes, probs.numpy(), u.u.tolist(), parents)
+        if draws_on_host(probs):
+            path, tokens = _core.accept_sample(nodes, probs.cpu().numpy(), u.u.tolist(), parents)
         else:
             path, tokens = _core.accept_greedy(nodes, draws(probs, u.u, [0] + list(depths)), parents)
             _check_drawn(tokens[-1])
@@ -147,6 +147,15 @@ def from_scores(scores: torch.Tensor, nodes: Sequence[int], parents: Sequence[in
     if keep_scores:
         walked.processed = [scores[p:p + 1] for p in walked.positions]
     return walked
+
+
+def draws_on_host(probs: torch.Tensor) -> bool:
+    """Whether ``probs`` are drawn from in C, on the host: on the CPU, and
+    on a device when torch's deterministic mode is on
+    (``torch.use_deterministic_algorithms``), where the device draw's
+    floating-point ``cumsum`` raises a RuntimeError. Both draw the same
+    tokens."""
+    return probs.device.type == "cpu" or torch.are_deterministic_algorithms_enabled()
 
 
 def draws(probs: torch.Tensor, u: torch.Tensor, depths: Sequence[int]) -> List[int]:
@@ -171,8 +180,8 @@ def draw(scores: torch.Tensor, u: float) -> int:
     """One token from softmax(scores) ([1, V]) with the uniform ``u``, by
     inverse CDF (in C on the CPU)."""
     probs = torch.softmax(scores, dim=-1)
-    if probs.device.type == "cpu":
-        return _core.accept_sample([], probs.numpy(), [u])[1][0]
+    if draws_on_host(probs):
+        return _core.accept_sample([], probs.cpu().numpy(), [u])[1][0]
     token = draws(probs, torch.tensor([u], dtype=torch.float64), [0])[0]
     _check_drawn(token)
     return token

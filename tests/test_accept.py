@@ -397,6 +397,26 @@ def test_device_draws_are_the_c_draws(case):
 
 
 @pytest.mark.torch
+def test_deterministic_mode_draws_on_the_host():
+    """A device's draw takes a floating-point cumsum, which torch refuses on
+    CUDA under ``torch.use_deterministic_algorithms(True)``: then the probs
+    are drawn from in C on the host (the same tokens), as on the CPU."""
+    torch = _torch()
+    from pld.accept_walk import draws_on_host
+
+    off_cpu = torch.empty(2, 5, device="meta")  # (a tensor off the CPU: its device alone is read)
+    assert draws_on_host(torch.empty(2, 5))
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(False)
+        assert not draws_on_host(off_cpu)
+        torch.use_deterministic_algorithms(True)
+        assert draws_on_host(off_cpu)
+    finally:
+        torch.use_deterministic_algorithms(before)
+
+
+@pytest.mark.torch
 def test_uniforms_spend_one_a_token_drawn():
     """A row takes 1 + depth uniforms of its stream, then the stream
     stands as if it had drawn one a token: the next step's first uniform
