@@ -28,6 +28,25 @@ def test_forward_cost_reports_a_curve_and_what_pld_learns_per_context(tmp_path):
     assert "| shape:tiny@float32 | 64 |" in (tmp_path / "table.md").read_text()
 
 
+def test_the_unsynchronized_calibration_never_waits_for_the_device(monkeypatch):
+    """forward-cost's "unsynchronised" column is pld's calibration with no
+    device wait at all (what an old release measured on a GPU); the
+    synchronised one waits. A counting wait stands in for a GPU's."""
+    import torch
+
+    from pld import forward_cost
+    from pld.bench import forward_curve, shapes
+
+    waits = []
+    monkeypatch.setattr(forward_cost, "synchronizer", lambda device: lambda: waits.append(1))
+    model = shapes.random_llama("tiny", torch.float32, "cpu")
+    forward_curve.pld_calibration(model, 48, synchronized=True, steps=3)
+    assert waits, "the synchronised calibration waited for nothing"
+    waits.clear()
+    forward_curve.pld_calibration(model, 48, synchronized=False, steps=3)
+    assert not waits
+
+
 def test_exactness_counts_identical_outputs_per_path(tmp_path):
     res = run_bench(tmp_path, "exactness", "--device", "cpu", "--archs", "llama,mamba", "--wide-shape", "tiny",
                     "--wide-dtypes", "float32", "--wide-prompts", "1")

@@ -147,12 +147,14 @@ def pld_calibration(model: Any, T: int, synchronized: bool, steps: int = 24) -> 
     device = next(model.parameters()).device
     ids = _ids(T, model.config.vocab_size, seed=7, period=50).to(device)
     config = loop.resolve_config(model, None, dict(max_new_tokens=steps + 1, draft_tree=True, eos_token_id=None))
-    adapter, decoder = loop.prepare(model, ids, config)
-    forward_cost.forget(model)
-    with torch.no_grad(), adapter.kernels(), (contextlib.nullcontext() if synchronized else _unsynchronized()):
-        while decoder.step():
-            pass
-    cost = decoder.cost if decoder.cost is not None else decoder.calibrate()
+    # (unsynchronised from the start: the decoder takes its wait when it is made)
+    with contextlib.nullcontext() if synchronized else _unsynchronized():
+        adapter, decoder = loop.prepare(model, ids, config)
+        forward_cost.forget(model)
+        with torch.no_grad(), adapter.kernels():
+            while decoder.step():
+                pass
+        cost = decoder.cost if decoder.cost is not None else decoder.calibrate()
     forward_cost.forget(model)
     return {**{w: cost(w) for w in PLD_WIDTHS}, "samples": len(cost.samples())}
 
