@@ -49,7 +49,7 @@ import inspect
 import logging
 import operator
 import sys
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
@@ -242,16 +242,22 @@ class OwnedLayer(DynamicLayer):
             self._kview = self._k = self._k.narrow(2, 0, length)
             self._vview = self._v = self._v.narrow(2, 0, length)
 
-    def keep_last(self, m: int, index: torch.Tensor, count: int) -> None:
-        """Keep the newest ``m`` positions at ``index`` (a LongTensor of
-        ``count`` offsets among them, increasing, already checked by
-        :meth:`OwnedCache.keep_last`), compacted after the older ones."""
+    def keep_last(self, m: int, index: Dict[Any, torch.Tensor], count: int) -> None:
+        """Keep the newest ``m`` positions at ``index`` (``count`` offsets
+        among them, increasing, already checked by
+        :meth:`OwnedCache.keep_last`: a LongTensor per device, the CPU's
+        copied to another device once, for all its layers),
+        compacted after the older ones."""
         if self._k is None:
             return
         start = self._n - m
         if not self._owned:
             self._allocate(self._k, self._v, max(self._n, self._capacity_hint), copy=self._n)
-        where = index.to(self._k.device) + start
+        device = self._k.device
+        here = index.get(device)
+        if here is None:  # (the first layer on this device: one copy, not one a layer)
+            here = index[device] = index[_HOST].to(device)
+        where = here + start
         kept_k = self._k.index_select(2, where)
         kept_v = self._v.index_select(2, where)
         self._k.narrow(2, start, count).copy_(kept_k)
@@ -346,10 +352,12 @@ class OwnedCache(DynamicCache):
             for layer in self.layers:
                 layer._truncate(length - m + count)
             return
-        index = torch.tensor(offsets, dtype=torch.long)
+        index = {_HOST: torch.tensor(offsets, dtype=torch.long)}
         for layer in self.layers:
             layer.keep_last(m, index, count)
 
+
+_HOST = torch.device("cpu")
 
 #: A layer's attention kind as transformers' models name their masks.
 FULL, SLIDING = "full_attention", "sliding_attention"

@@ -232,6 +232,27 @@ def test_keep_last_tree_path_equals_decoding_the_path(arch):
         _close(mine.values, ref.values)
 
 
+def test_keep_last_copies_its_index_to_a_device_once_for_all_layers(monkeypatch):
+    """A tree step that keeps a path other than the block's prefix copies
+    the kept offsets to the cache's device once, not once a layer (on a GPU
+    each copy from host memory waits for the device). Meta tensors stand in
+    for a device's."""
+    import torch
+
+    from pld.kv_cache import OwnedCache
+
+    cache = OwnedCache(capacity=16)
+    for layer in range(6):
+        k = torch.empty(1, 2, 10, 4, device="meta")
+        cache.update(k, k, layer)
+    copies = []
+    to = torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *a, **kw: copies.append(a) or to(self, *a, **kw))
+    cache.keep_last(4, [1, 3])
+    assert cache.get_seq_length() == 8 and all(layer.keys.shape[2] == 8 for layer in cache.layers)
+    assert len(copies) == 1
+
+
 def test_keep_last_semantics():
     import torch
 
