@@ -317,6 +317,8 @@ def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cac
     traits = model_traits(model)
     if traits.reason is not None:
         raise ValueError(f"model: {type(model).__name__} cannot be used by pld's loop: {traits.reason}")
+    if not config.do_sample and tf32_products(input_ids.device, getattr(model, "dtype", None)):
+        _warn_tf32()
     B, L = input_ids.shape
     if B == 1 and attention_mask is not None:
         check_mask(input_ids, attention_mask)  # (a row: any 0/1 mask)
@@ -339,6 +341,38 @@ def decide(model: Any, input_ids: torch.Tensor, config: Any, trees: bool, *, cac
         logger.warning("pld: linear drafts instead of a token tree (%s: %s)", type(model).__name__, tree)
         config = config.replace(draft_tree=False, draft_sources=None)
     return replace(serving, config=config, cache=cache)
+
+
+def tf32_products(device: torch.device, dtype: Any) -> bool:
+    """Whether a float32 model's matrix products on ``device`` run in TF32
+    (10 bits of mantissa): CUDA with ``torch.backends.cuda.matmul``'s
+    precision set so (``allow_tf32``, ``fp32_precision = "tf32"`` or
+    ``torch.set_float32_matmul_precision("high")``). Read without raising
+    where the old and new settings were mixed."""
+    if device.type != "cuda" or dtype != torch.float32:
+        return False
+    matmul = torch.backends.cuda.matmul
+    precision = getattr(matmul, "fp32_precision", None)  # (torch >= 2.9; reflects the old setting too)
+    if precision is not None:
+        return precision not in ("ieee", "none")
+    try:
+        return bool(matmul.allow_tf32)
+    except RuntimeError:
+        return False
+
+
+_tf32_warned = False
+
+
+def _warn_tf32() -> None:
+    """Once a process: greedy output can differ from plain greedy's."""
+    global _tf32_warned
+    if not _tf32_warned:
+        _tf32_warned = True
+        logger.warning("pld: float32 products run in TF32 on this GPU (torch.backends.cuda.matmul): a verification "
+                       "forward over several tokens rounds differently from a one-token one, so a near-tie can "
+                       "flip and greedy output differ from plain greedy's, as in half precision; "
+                       "torch.backends.cuda.matmul.fp32_precision = \"ieee\" keeps float32 products")
 
 
 def masks_blocker(model: Any) -> Optional[str]:

@@ -117,6 +117,49 @@ def test_the_pad_id_is_the_callers_else_the_models_else_the_first_eos(monkeypatc
         decide(model, ids, config, False, attention_mask=mask[:, :3])
 
 
+def test_tf32_products_are_read_from_torchs_setting():
+    """A float32 model on CUDA whose products run in TF32 rounds like half
+    precision: read from torch's setting (the old API here: the new one
+    reflects it), for CUDA and float32 alone."""
+    import torch
+
+    from pld.hf_adapter import tf32_products
+
+    cuda, matmul = torch.device("cuda"), torch.backends.cuda.matmul
+    before = matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = False
+        assert not tf32_products(cuda, torch.float32)
+        matmul.allow_tf32 = True
+        assert tf32_products(cuda, torch.float32)
+        assert not tf32_products(cuda, torch.bfloat16) and not tf32_products(torch.device("cpu"), torch.float32)
+    finally:
+        matmul.allow_tf32 = before
+
+
+def test_greedy_under_tf32_warns_once(monkeypatch, caplog):
+    import logging
+
+    import torch
+
+    import pld
+    from pld import hf_adapter
+
+    seen = []
+    monkeypatch.setattr(hf_adapter, "tf32_products", lambda device, dtype: seen.append((device, dtype)) or True)
+    monkeypatch.setattr(hf_adapter, "_tf32_warned", False)
+    caplog.set_level(logging.WARNING, logger="pld")
+    model = mf.tiny_model("llama")
+    ids = torch.tensor([[5, 6, 7, 5, 6]])
+    for _ in range(2):
+        pld.generate(model, ids, max_new_tokens=3, eos_token_id=None)
+    assert seen == [(ids.device, torch.float32)] * 2
+    assert sum("TF32" in r.getMessage() for r in caplog.records) == 1
+    monkeypatch.setattr(hf_adapter, "_tf32_warned", False)
+    pld.generate(model, ids, max_new_tokens=3, eos_token_id=None, do_sample=True)
+    assert sum("TF32" in r.getMessage() for r in caplog.records) == 1  # sampling: not greedy's tokens anyway
+
+
 def test_a_source_that_reads_memory_no_source_writes_is_refused():
     from pld import drafts
     from pld.config import DecodeConfig
