@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     import pld
-    from pld import models
+    from pld import forward_cost, models
 
     from .generation import chat_input_ids
     from .report import caption
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     model, tokenizer = models.load(args.model, dtype=args.dtype, device=device)
+    wait = forward_cost.waiter(device)
     corpus = pld.Corpus(max_tokens=args.max_tokens)
     common = dict(max_new_tokens=args.max_new_tokens, prompt_lookup_num_tokens=args.num_pred_tokens,
                   draft_tree=args.drafts == "tree")
@@ -102,8 +103,10 @@ def run(args: argparse.Namespace) -> int:
             ids = chat_input_ids(tokenizer, [text], []).to(device)
             outs = {}
             for m in METHODS[i % 3:] + METHODS[:i % 3]:
+                wait()
                 t0 = time.perf_counter()
                 gen = pld.generate(model, ids, **common, **options[m])
+                wait()  # (the clock is read with the device done)
                 seconds = time.perf_counter() - t0
                 outs[m] = gen.new_tokens
                 row = {"place": i, "category": category, "id": qid, "method": m, "new_tokens": len(gen.new_tokens),

@@ -108,7 +108,7 @@ def _until_eos(rows: List[List[int]], eos: Any) -> List[List[int]]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from pld import models
+    from pld import forward_cost, models
 
     from .generation import chat_input_ids
     from .report import caption
@@ -119,6 +119,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     model, tokenizer = models.load(args.model, dtype=args.dtype, device=device)
+    wait = forward_cost.waiter(device)
     methods = _methods(model, args)
     names = list(methods)
     batches = [(p, chat_input_ids(tokenizer, list(p.turns[:1]), []).to(device).repeat(args.n, 1)) for p in prompts]
@@ -131,8 +132,10 @@ def run(args: argparse.Namespace) -> int:
         for i, (prompt, ids) in enumerate(batches):
             for m in names[i % len(names):] + names[:i % len(names)]:
                 torch.manual_seed(args.seed + i)
+                wait()
                 t0 = time.perf_counter()
                 rows, row_forwards = methods[m](ids)
+                wait()  # (the clock is read with the device done)
                 seconds = time.perf_counter() - t0
                 row = {"task": prompt.task, "prompt": prompt.id, "method": m, "new_tokens": sum(map(len, rows)),
                        "seconds": seconds, "row_forwards": row_forwards}
