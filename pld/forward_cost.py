@@ -229,15 +229,25 @@ def waiter(device: Any) -> Callable[[], None]:
     return synchronizer(device) or _nothing
 
 
+def rng_devices(model: Any) -> List[int]:
+    """The CUDA devices ``model``'s parameters are on, whose RNG states a
+    probe's forwards keep as they found them (with the CPU's)."""
+    parameters = getattr(model, "parameters", None)
+    if not callable(parameters):
+        return []
+    return sorted({p.get_device() for p in parameters() if p.device.type == "cuda"})
+
+
 def time_widths(forward: Callable[[int], Any], widths: Sequence[int],
                 clock: Callable[[], float] = time.perf_counter,
-                synchronize: Optional[Callable[[], None]] = None) -> List[float]:
+                synchronize: Optional[Callable[[], None]] = None, devices: Sequence[int] = ()) -> List[float]:
     """The time of ``forward(w)`` (a forward over w new tokens that leaves
     the model's state as it found it) at each width in turn, in seconds.
     ``synchronize`` (None on the CPU) waits for the device before each
     clock read, so that a time is the forward's work, not its launch. The
     forwards do not count as decoding steps (:func:`calibrating`) and leave
-    torch's RNG state as it was."""
+    torch's RNG states as they were: the CPU's and those of the CUDA
+    ``devices`` (:func:`rng_devices`)."""
     import torch
 
     wait = synchronize if synchronize is not None else _nothing
@@ -245,10 +255,10 @@ def time_widths(forward: Callable[[int], Any], widths: Sequence[int],
     times = []
     with _LOCK:
         _calibrating += 1
-    # eval-mode forwards draw nothing; fork_rng keeps torch's CPU RNG state
+    # eval-mode forwards draw nothing; fork_rng keeps torch's RNG states
     # the caller's even for a model that does (a seeded run must repeat)
     try:
-        with torch.random.fork_rng(devices=[]):
+        with torch.random.fork_rng(devices=list(devices)):
             for w in widths:
                 wait()
                 t0 = clock()
@@ -315,7 +325,7 @@ def learned(model: Any, key: Tuple, forward: Callable[[int], Any], widths: Seque
             kept.move_to_end(key)
             return cost
     cost = LearnedCost()
-    for w, seconds in zip(widths, time_widths(forward, widths, clock, synchronize)):
+    for w, seconds in zip(widths, time_widths(forward, widths, clock, synchronize, rng_devices(model))):
         cost.observe(w, seconds)
     if kept is None:
         return cost

@@ -79,7 +79,9 @@ def model_traits(model: Any) -> ModelTraits:
     except TypeError:  # not weakly referenceable: probe every time
         known = {}
     if key not in known:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        from .forward_cost import rng_devices
+
+        with torch.no_grad(), torch.random.fork_rng(devices=rng_devices(model)):
             known[key] = _probe(model)
     return known[key]
 

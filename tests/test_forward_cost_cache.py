@@ -338,3 +338,31 @@ def test_a_spike_in_the_first_steps_stops_drafts_for_a_bounded_number_of_steps(m
     bound = WINDOW + 16 + 4  # the window, an exploration period, slack
     assert any(p > 1 for p in proposed[:bound]), proposed
     assert sum(p > 1 for p in proposed[bound:]) >= len(proposed[bound:]) // 2, proposed
+
+
+def test_the_probes_keep_the_rng_states_of_the_model_s_cuda_devices(monkeypatch):
+    """A probe's forwards leave torch's RNG states as they found them: the
+    CPU's, and those of each CUDA device the model's parameters are on (a
+    model whose forward draws, as one in train mode, would else move
+    them). Parameters that say they are on CUDA devices 1 and 3 stand in
+    for a GPU model's."""
+    import types
+
+    import torch
+
+    def parameter(device):
+        where = torch.device(device)
+        return types.SimpleNamespace(device=where, get_device=lambda: -1 if where.index is None else where.index)
+
+    model = types.SimpleNamespace(parameters=lambda: iter([parameter("cuda:3"), parameter("cpu"),
+                                                           parameter("cuda:1"), parameter("cuda:3")]))
+    assert forward_cost.rng_devices(model) == [1, 3]
+    assert forward_cost.rng_devices(object()) == []
+    forked = []
+    real = torch.random.fork_rng
+    monkeypatch.setattr(torch.random, "fork_rng", lambda devices=None, **kw: forked.append(devices) or real(devices=[]))
+    forward_cost.time_widths(lambda w: None, [1, 2], devices=[1, 3])
+    assert forked == [[1, 3]]
+    forked.clear()
+    forward_cost.learned(model, ("rng", 1), lambda w: None, [1, 2])  # (a new cost: its probes)
+    assert forked == [[1, 3]]
