@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 # A row's sequence buffer starts with room for this many new tokens (plus a
 # draft) and doubles as the output grows.
 INITIAL_NEW_TOKENS = 1 << 10
+#: The sequence's last tokens a row also keeps on the host, so that a step
+#: reads them without a copy from the model's device (a wait on a GPU).
+HOST_TAIL = 64
 
 
 class Row:
@@ -36,7 +39,9 @@ class Row:
         self.cur = self.prompt_len
         self.cached = 0
         self.index = _core.NgramIndex(config.max_matching_ngram_size, config.min_ngram_size, policy)
-        self.index.extend(input_ids[0].tolist())
+        prompt = input_ids[0].tolist()
+        self.index.extend(prompt)
+        self._tail = prompt[-HOST_TAIL:]  # (the sequence's last tokens, as buf.ids holds them)
         # the tables' growth is paid here, not in a step (and with each growth of the buffer)
         self.index.reserve(self.buf.capacity - self.prompt_len)
         self.draft_length = DraftLength(config.prompt_lookup_num_tokens, config.adaptive)
@@ -56,7 +61,7 @@ class Row:
     def begin_step(self, depth: int) -> None:
         """Read the sequence's last two tokens and make room for ``depth``
         draft tokens and the model's next one."""
-        last = self.buf.ids[0, max(self.cur - 2, 0):self.cur].tolist()
+        last = self._tail[-2:]
         self.previous, self.root = (last[0] if len(last) == 2 else -1), last[-1]
         if self.buf.ensure(self.cur + max(depth, 0) + 1):
             self.index.reserve(self.buf.capacity - self.cur)
@@ -76,9 +81,11 @@ class Row:
 
     def append(self, tokens: Sequence[int]) -> None:
         """Make the first ``len(tokens)`` written tokens part of the sequence."""
+        tokens = list(tokens)
         self.cur += len(tokens)
-        self.index.extend(list(tokens))
+        self.index.extend(tokens)
         self.cached = self.cur - 1
+        self._tail = (self._tail + tokens)[-HOST_TAIL:]
 
     def new_tokens(self, start: int = 0) -> List[int]:
         """The new tokens from the ``start``-th on."""
@@ -86,4 +93,6 @@ class Row:
 
     def tail(self, n: int) -> List[int]:
         """The sequence's last ``n`` tokens (fewer if it is shorter)."""
+        if n <= len(self._tail) or len(self._tail) == self.cur:
+            return self._tail[-n:] if n > 0 else []
         return self.buf.ids[0, max(self.cur - n, 0):self.cur].tolist()

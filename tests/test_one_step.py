@@ -258,3 +258,27 @@ def test_draft_sources_are_refused_clearly(value, error):
     with pytest.raises(error, match="draft_sources"):
         DecodeConfig(draft_sources=value)
     assert DecodeConfig(draft_sources=["successors", "prompt_tree"]).draft_sources == ("successors", "prompt_tree")
+
+
+@pytest.mark.parametrize("prompt_len", [1, 5, 70])
+def test_a_rows_host_tail_is_the_end_of_its_sequence(prompt_len):
+    """A row keeps its sequence's last tokens on the host (a step reads them
+    there, not from the model's device): its last two and any tail, within
+    what it keeps or beyond, are the sequence's."""
+    import torch
+
+    from pld.config import DecodeConfig
+    from pld.row_state import HOST_TAIL, Row
+
+    rng = random.Random(prompt_len)
+    row = Row(0, torch.tensor([[rng.randrange(50) for _ in range(prompt_len)]]), None,
+              DecodeConfig(max_new_tokens=300), "recent")
+    for _ in range(40):
+        row.begin_step(3)
+        seq = row.ids()[0].tolist()
+        assert (row.previous, row.root) == ((seq[-2] if len(seq) > 1 else -1), seq[-1])
+        for n in (-1, 0, 1, 3, HOST_TAIL, HOST_TAIL + 5, len(seq) + 3):
+            assert row.tail(n) == (seq[max(len(seq) - n, 0):] if n > 0 else [])
+        tokens = [rng.randrange(50) for _ in range(rng.randrange(1, 9))]
+        row.write(tokens)
+        row.append(tokens)
