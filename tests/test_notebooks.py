@@ -47,6 +47,7 @@ def test_runs_clean(path, tmp_path, monkeypatch):
     text = "\n".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
     if path.name == "demo.ipynb":
         assert "identical tokens: True" in text
+        assert "x plain greedy's tokens/s (median of 3 alternating pairs" in text
     else:
         assert (tmp_path / "out" / "table.md").is_file()
         assert (tmp_path / "out" / "speedup_by_task.png").is_file()
