@@ -2,6 +2,8 @@
 tiny budget, and are committed without outputs."""
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -34,7 +36,7 @@ def test_runs_clean(path, tmp_path, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    monkeypatch.setenv("PLD_NB_LIMIT", "1")
+    monkeypatch.setenv("PLD_NB_LIMIT", "2")  # (two prompts a task: a mean of ratios is not a ratio of means)
     monkeypatch.setenv("PLD_NB_MAX_NEW_TOKENS", "8")
     monkeypatch.setenv("PLD_NB_PROMPT_CHARS", "600")
     monkeypatch.setenv("PLD_NB_OUT", str(tmp_path / "out"))
@@ -49,6 +51,13 @@ def test_runs_clean(path, tmp_path, monkeypatch):
         assert "identical tokens: True" in text
         assert "x plain greedy's tokens/s (median of 3 alternating pairs" in text
     else:
+        shown = "\n".join(o.get("data", {}).get("text/markdown", "") for c in nb.cells if c.cell_type == "code"
+                          for o in c.outputs)
+        published = re.search(r"\| summarization \| (\d+\.\d\d)x \| 2\.38x \|", shown)
+        assert published, shown[-2000:]
+        rate = {s["method"]: s["tokens_per_second"] for s in
+                json.loads((tmp_path / "out" / "summary.json").read_text())["by_task"] if s["group"] == "summarization"}
+        assert published.group(1) == f"{rate['pld'] / rate['greedy']:.2f}"  # a ratio of mean rates, as the method's
         assert (tmp_path / "out" / "table.md").is_file()
         assert (tmp_path / "out" / "speedup_by_task.png").is_file()
         images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
