@@ -132,3 +132,43 @@ def test_tree_prior_fits_every_row_and_measures_the_scale(capsys):
     assert sum(int(r[4]) for r in rows if r[3] != "4") > 0
     scale = float(re.search(r"PRIOR_SCALE = ([0-9.]+)", out).group(1))
     assert scale >= 0.0 and "predicted over" in out
+
+
+def test_the_report_holds_only_this_runs_prompts(tmp_path):
+    """results.jsonl may hold rows of the same configuration that this run
+    did not ask for (another task, a larger --limit): resumed, not reported."""
+    from pld.bench import tasks
+    from pld.bench.__main__ import main
+
+    argv = ["--tasks", "rag", "--limit", "1", "--max-new-tokens", "1", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 0
+    rows = _rows(tmp_path)
+    (asked,) = tasks.load("builtin", ["rag"], 1)
+    assert {r["id"] for r in rows} == {asked.id}
+    with open(tmp_path / "results.jsonl", "a") as fh:
+        for pid, task in (("builtin/rag/NOT-ASKED", "rag"), ("builtin/code/NOT-ASKED", "code")):
+            for r in rows:
+                fh.write(json.dumps(dict(r, id=pid, task=task, tokens_per_second=1000.0)) + "\n")
+    assert main(argv) == 0
+    assert len(_rows(tmp_path)) == 3 * len(rows)  # (nothing generated)
+    by_task = json.loads((tmp_path / "summary.json").read_text())["by_task"]
+    assert {(s["group"], s["method"], s["prompts"]) for s in by_task} == {
+        ("rag", m, 1) for m in ("greedy", "transformers", "pld")}
+
+
+def test_the_question_file_is_in_the_configuration(tmp_path):
+    """Rows made from another question file (or another version of it) are not resumed."""
+    import argparse
+
+    from pld.bench import generation
+
+    data = tmp_path / "question.jsonl"
+    data.write_text(json.dumps({"question_id": 1, "category": "rag", "turns": ["q"]}) + "\n")
+    p = argparse.ArgumentParser()
+    generation.add_arguments(p)
+    args = p.parse_args(["--source", "spec-bench", "--data", str(data)])
+    before = generation._config(args, "cpu", "m")
+    data.write_text(json.dumps({"question_id": 1, "category": "rag", "turns": ["another q"]}) + "\n")
+    assert generation._config(args, "cpu", "m")["data"]["path"] == str(data)
+    assert generation._config(args, "cpu", "m") != before
+    assert "data" not in generation._config(p.parse_args([]), "cpu", "m")

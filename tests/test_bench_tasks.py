@@ -144,3 +144,33 @@ def test_speedup_tables_rejects_unknown_options():
 
     with pytest.raises(TypeError, match="unknown options \\['limt'\\]"):
         pld.bench.speedup_tables(limt=3)
+
+
+@pytest.mark.parametrize("options, named", [({"max_new_tokens": 0}, "max_new_tokens"), ({"limit": "abc"}, "limit"),
+                                            ({"dtype": "float8"}, "dtype"), ({"threads": -1}, "threads")])
+def test_speedup_tables_checks_its_options_as_the_command_line_does(monkeypatch, options, named):
+    """A notebook's values go through the command line's types and choices,
+    refused with a ValueError naming the option before anything runs."""
+    import pld.bench
+    from pld.bench import generation
+
+    monkeypatch.setattr(generation, "run", lambda args: pytest.fail("it ran"))
+    with pytest.raises(ValueError, match=f"speedup_tables: {named}: "):
+        pld.bench.speedup_tables(**options)
+
+
+def test_speedup_tables_takes_values_as_the_command_line_would(monkeypatch, tmp_path):
+    import json
+
+    import pld.bench
+    from pld.bench import generation
+
+    seen = {}
+
+    def run(args):
+        seen.update(vars(args))
+        (tmp_path / "summary.json").write_text(json.dumps({"by_task": []}))
+
+    monkeypatch.setattr(generation, "run", run)
+    pld.bench.speedup_tables(limit="3", max_new_tokens=16, model=None, out=str(tmp_path), no_progress=True)
+    assert seen["limit"] == 3 and seen["max_new_tokens"] == 16 and seen["model"] is None and seen["no_progress"]

@@ -3,7 +3,7 @@ per task, on the same prompts in one process.
 
     python -m pld bench --limit 10                      # offline, built-in tasks
     python -m pld bench --source spec-bench --data question.jsonl --tasks summarization,rag,chat
-    python -m pld bench --source hub --model mistralai/Mistral-7B-Instruct-v0.2 --device cuda --dtype float16
+    python -m pld bench --source hub --model mistralai/Mistral-7B-Instruct-v0.1 --device cuda --dtype float16
 
 Methods come from the registry in :mod:`pld.bench.methods` and alternate per
 prompt (the order rotates) so that machine drift hits all alike; each method
@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import methods as registry
 from . import tasks as task_sources
-from .options import DTYPES, at_least
+from .options import DTYPES, at_least, threads
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--source", choices=task_sources.SOURCES, default="builtin",
@@ -42,7 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=at_least(1), default=10, help="prompts per task (default 10)")
     p.add_argument("--batch-size", type=int, default=1,
                    help="prompts a generation (default 1); B > 1 compares batched greedy with batched "
-                        "pld at the same B (pld.bench.batch; first turns only)")
+                        "pld at the same B (pld.bench.batch; first turns only; its own methods, so "
+                        "not with --methods)")
     p.add_argument("--skip", type=at_least(0), default=0,
                    help="prompts per task to pass over first (default 0): fit on one set, report another")
     p.add_argument("--methods", default="default",
@@ -56,7 +57,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda when available)")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
-    p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--threads", type=threads, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--out", default="bench-out", help="folder for results.jsonl, tables and plots")
     p.add_argument("--fresh", action="store_true", help="start over instead of resuming OUT/results.jsonl")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     prompt (resuming OUT/results.jsonl), then write and print the report.
     Returns 0; bad options raise SystemExit."""
     prompts = _prompts(args)
+    chosen = registry.select(args.methods)
 
     import torch
 
@@ -74,7 +76,6 @@ def run(args: argparse.Namespace) -> int:
 
     from . import report
 
-    chosen = registry.select(args.methods)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     _generate_all(prompts, generators, tokenizer, meter, device, results_path, done, fingerprint,
                   disable_progress=args.no_progress, warmed=int(warm.shape[1]))
     meter.remove()
-    rows = list(done.values())
+    rows = this_run(prompts, generators, done)
     caption = report.caption(config, torch, model)
     text = report.write(rows, list(generators), args.out, caption)
     print(text)
@@ -109,13 +110,7 @@ def _prompts(args: argparse.Namespace) -> List[Any]:
     default spec-bench file for source spec-bench). SystemExit when the
     spec-bench file is not found, no prompt matches, or --batch-size < 1."""
     tasks = task_sources.parse_tasks(args.tasks, args.source)
-    data = args.data
-    if args.source == "spec-bench" and not data:
-        try:
-            data = task_sources.default_spec_bench()
-        except ValueError as e:
-            raise SystemExit(f"python -m pld bench: {e}") from None
-    prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
+    prompts = task_sources.load(args.source, tasks, args.limit, _data(args), skip=args.skip)
     if not prompts:
         raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
     if args.prompt_chars < 0:
@@ -124,15 +119,41 @@ def _prompts(args: argparse.Namespace) -> List[Any]:
         prompts = [dataclasses.replace(p, turns=tuple(t[:args.prompt_chars] for t in p.turns)) for p in prompts]
     if args.batch_size < 1:
         raise SystemExit(f"python -m pld bench: --batch-size must be >= 1, got {args.batch_size}")
+    if args.batch_size > 1 and args.methods != "default":
+        raise ValueError("--methods: not with --batch-size > 1 (batched runs compare their own methods: "
+                         "pld.bench.batch)")
     return prompts
+
+
+def _data(args: argparse.Namespace) -> str:
+    """The question file of --source spec-bench: --data, else the default
+    one (SystemExit when there is none); "" for the other sources."""
+    if args.source != "spec-bench":
+        return ""
+    try:
+        return args.data or task_sources.default_spec_bench()
+    except ValueError as e:
+        raise SystemExit(f"python -m pld bench: {e}") from None
+
+
+def _file_identity(path: str) -> Dict[str, Any]:
+    """A file's absolute path, size and sha1 (read in 1 MiB chunks)."""
+    digest = hashlib.sha1()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return {"path": os.path.abspath(path), "bytes": os.path.getsize(path), "sha1": digest.hexdigest()}
 
 
 def _config(args: argparse.Namespace, device: str, embedded_name: str) -> Dict[str, Any]:
     """The run's configuration: what a results row must have been made
     under to be resumed (its sha1 prefix is the rows' "config"), and the
-    report's caption. --skip, --prompt-chars and --batch-size appear only
+    report's caption. The question file (spec-bench) is in it by path,
+    size and content; --skip, --prompt-chars and --batch-size appear only
     when not default."""
+    data = _data(args)
     return {"source": args.source, "model": args.model or embedded_name, "dtype": args.dtype,
+            **({"data": _file_identity(data)} if data else {}),
             "device": device, "max_new_tokens": args.max_new_tokens,
             "num_pred_tokens": args.num_pred_tokens, "max_ngram": args.max_ngram,
             **({"skip": args.skip} if args.skip else {}),
@@ -151,6 +172,13 @@ def _resume(args: argparse.Namespace, fingerprint: str) -> Tuple[str, Dict[Tuple
         os.remove(results_path)
     done = {_key(r): r for r in report.read_rows(results_path) if r.get("config") == fingerprint}
     return results_path, done
+
+
+def this_run(prompts: List[Any], generators: Dict[str, Any],
+             done: Dict[Tuple[str, int, str], Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The rows of this run's prompts, turns and methods (results.jsonl may
+    hold others: earlier runs' other tasks, limits or methods)."""
+    return [done[(p.id, turn, m)] for p in prompts for turn in range(1, len(p.turns) + 1) for m in generators]
 
 
 def _generate_all(prompts: List[Any], generators: Dict[str, Any], tokenizer: Any, meter: "ForwardMeter",
@@ -205,12 +233,31 @@ def speedup_tables(**options: Any) -> Dict[str, Any]:
     unknown = sorted(set(options) - set(vars(args)))
     if unknown:
         raise TypeError(f"speedup_tables: unknown options {unknown}; known: {sorted(vars(args))}")
-    vars(args).update(options)
+    vars(args).update(_parsed(parser, options))
     run(args)
     with open(os.path.join(args.out, "summary.json"), encoding="utf-8") as fh:
         summary = json.load(fh)
     summary["out"] = os.path.abspath(args.out)
     return summary
+
+
+def _parsed(parser: argparse.ArgumentParser, options: Dict[str, Any]) -> Dict[str, Any]:
+    """``options`` as the command line would take them: each through its
+    option's type and choices (None stays None), a ValueError naming the
+    option where one is refused."""
+    actions = {a.dest: a for a in parser._actions}
+    parsed = {}
+    for name, value in options.items():
+        action = actions[name]
+        if value is not None and action.type is not None:
+            try:
+                value = action.type(value if isinstance(value, str) else str(value))
+            except (argparse.ArgumentTypeError, TypeError, ValueError) as error:
+                raise ValueError(f"speedup_tables: {name}: {error}") from None
+        if value is not None and action.choices is not None and value not in action.choices:
+            raise ValueError(f"speedup_tables: {name}: expected one of {list(action.choices)}, got {value!r}")
+        parsed[name] = value
+    return parsed
 
 
 def _key(row: Dict[str, Any]) -> Tuple[str, int, str]:
