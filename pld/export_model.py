@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 import copy
 import os
+import secrets
 import shutil
-import tempfile
 from typing import Any, List, Optional
 
 
@@ -20,23 +20,18 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
     checked before the model loads (ValueError naming it): new (missing
     parent folders are made, as ``save_pretrained`` makes them), or an
     empty folder; never a link, nor under a file. The model is written to a
-    hidden folder beside it, renamed to ``folder`` when complete: an
+    hidden folder beside it (made before the model loads: a place that
+    cannot be written fails first), renamed to ``folder`` when complete: an
     export cut short leaves no folder that looks done."""
     target = _checked_folder(folder)
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"export-model: dtype must be float32, bfloat16 or float16, got {dtype!r}")
-    from .models import load
+    work = _work_folder(target, folder)
+    try:
+        from .models import load
 
-    loaded, tokenizer = load(model, dtype=dtype)
-    plain = plain_copy(loaded)
-    parent, name = os.path.split(target)
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as exc:  # (a file took a folder's name since the check)
-        raise ValueError(f"export-model: cannot make {parent!r}, where {folder!r} would go: {exc}") from None
-    work = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
-    try:
-        plain.save_pretrained(work)
+        loaded, tokenizer = load(model, dtype=dtype)
+        plain_copy(loaded).save_pretrained(work)
         tokenizer.save_pretrained(work)
         if os.path.isdir(target):
             os.rmdir(target)  # (empty: checked above)
@@ -45,6 +40,25 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
         shutil.rmtree(work, ignore_errors=True)
         raise
     return target
+
+
+def _work_folder(target: str, folder: str) -> str:
+    """A new hidden folder beside ``target``, the folders above it made
+    (a ValueError naming ``folder`` where they cannot be), with the mode a
+    plain mkdir gives (mkdtemp's 0700 would keep a vLLM service running as
+    another user from reading the export)."""
+    parent, name = os.path.split(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        while True:
+            work = os.path.join(parent, f".{name}.{secrets.token_hex(4)}")
+            try:
+                os.mkdir(work)  # (0o777 less the umask, as a plain mkdir)
+                return work
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise ValueError(f"export-model: cannot write {folder!r}: {exc}") from None
 
 
 def _checked_folder(folder: Any) -> str:
