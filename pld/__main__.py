@@ -8,22 +8,29 @@ commands:
 
 Each command takes --help."""
 import sys
+from typing import List
+
+COMMANDS = {"demo": "pld.bench.demo", "bench": "pld.bench.__main__", "export-model": "pld.export_model"}
 
 
 def main() -> int:
-    commands = {"demo": "pld.bench.demo", "bench": "pld.bench.__main__", "export-model": "pld.export_model"}
     if len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help"):
         print(__doc__.strip())
         return 0
-    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
         print(__doc__.strip(), file=sys.stderr)
         return 2
+    return run_command(sys.argv[1], sys.argv[2:])
+
+
+def run_command(command: str, argv: List[str]) -> int:
+    """Run COMMAND's main on ``argv``: a ValueError (a bad option or input
+    file, its message naming it) is a usage error, 2, not a traceback."""
     import importlib
 
-    command = sys.argv[1]
     try:
-        return importlib.import_module(commands[command]).main(sys.argv[2:]) or 0
-    except ValueError as error:  # a bad option or input file: the message names it
+        return importlib.import_module(COMMANDS[command]).main(argv) or 0
+    except ValueError as error:
         print(f"python -m pld {command}: error: {error}", file=sys.stderr)
         return 2
 

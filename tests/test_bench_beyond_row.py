@@ -163,10 +163,11 @@ def test_siblings_arguments_defaults():
     a = p.parse_args([])
     assert (a.data, a.tasks, a.limit, a.skip, a.n) == ("", "summarization,rag", 8, 0, 4)
     assert (a.temperature, a.top_p, a.max_new_tokens, a.num_pred_tokens) == (0.7, 0.9, 128, 10)
-    assert (a.drafts, a.no_sample_baseline, a.seed, a.model) == ("linear,tree", False, 0, None)
+    assert (a.drafts, a.no_sample_baseline, a.seed, a.model) == (["linear", "tree"], False, 0, None)
     assert (a.device, a.dtype, a.threads, a.out) == ("auto", "float32", 0, "bench-out")
     b = p.parse_args(["--n", "8", "--top-p", "0.5", "--drafts", "tree", "--no-sample-baseline"])
-    assert (b.n, b.top_p, b.drafts, b.no_sample_baseline) == (8, 0.5, "tree", True)
+    assert (b.n, b.top_p, b.drafts, b.no_sample_baseline) == (8, 0.5, ["tree"], True)
+    assert p.parse_args(["--drafts", " tree ,"]).drafts == ["tree"]
 
 
 class _Model:
@@ -197,17 +198,19 @@ def _args(**kw):
     return a
 
 
-def test_siblings_methods_reject_unknown_drafts_mode(fake_torch):
-    with pytest.raises(SystemExit, match="bogus"):
-        siblings._methods(_Model(), _args(drafts="bogus"))
-    with pytest.raises(SystemExit, match="bogus"):
-        siblings._methods(_Model(), _args(drafts="linear,bogus"))
+def test_siblings_refuses_unknown_or_no_drafts_modes(capsys):
+    p = argparse.ArgumentParser()
+    siblings.add_arguments(p)
+    for bad in ("bogus", "linear,bogus", "", ","):
+        with pytest.raises(SystemExit):
+            p.parse_args(["--drafts", bad])
+        assert "--drafts" in capsys.readouterr().err
 
 
 def test_siblings_methods_names(fake_torch):
     assert list(siblings._methods(_Model(), _args())) == [
         "alone_linear", "siblings_linear", "alone_tree", "siblings_tree", "sample"]
-    assert list(siblings._methods(_Model(), _args(drafts=" tree ,", no_sample_baseline=True))) == [
+    assert list(siblings._methods(_Model(), _args(drafts=["tree"], no_sample_baseline=True))) == [
         "alone_tree", "siblings_tree"]
 
 

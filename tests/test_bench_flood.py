@@ -29,3 +29,22 @@ def test_flood_benchmark_runs(tmp_path):
             assert abs(c["ratio"] - c["crafted"] / c["random"]) < 1e-9
     table = (tmp_path / "table.md").read_text()
     assert table.count("| first |") == 2 and table.count("| recent |") == 2
+
+
+def test_crafted_ids_are_distinct_up_to_their_bound():
+    import pytest
+
+    from pld.bench.flood import MAX_CRAFTED
+
+    assert len(set(crafted_ids(MAX_CRAFTED))) == MAX_CRAFTED
+    with pytest.raises(ValueError, match="--count: at most"):
+        crafted_ids(MAX_CRAFTED + 1)
+
+
+def test_no_policy_is_refused(capsys):
+    import argparse
+
+    from pld.bench.flood import _policies
+
+    assert _policies(argparse.Namespace(count=10, repeats=1, policies=" , ")) is None
+    assert "--policies: unknown ' , '" in capsys.readouterr().out

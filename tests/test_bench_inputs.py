@@ -77,6 +77,21 @@ def test_the_long_task_leaves_out_empty_documents_and_ends(tmp_path):
     assert tasks.joined(["", "abc"] * 5, "x")[0].turns[0].count("abc") > 1
 
 
+def test_the_long_task_measures_each_document_once():
+    """Joining is linear in the documents taken, not quadratic (short articles took seconds a prompt)."""
+    class Counted(str):
+        lengths = 0
+
+        def __len__(self):
+            Counted.lengths += 1
+            return str.__len__(self)
+
+    prompts = tasks.joined([Counted("a" * 100)] * 10, "x")
+    taken = sum(p.turns[0].count("a" * 100) for p in prompts)
+    assert len(prompts) == 2 * len(tasks.LONG_SIZES) and taken >= 2 * 280
+    assert Counted.lengths <= taken + 10
+
+
 @pytest.mark.parametrize("task", ["summarization", "rag", "chat", "code", "translation", "long"])
 def test_the_builtin_sets_of_limit_and_skip_are_apart(task):
     """`--limit S` is a set to fit on, `--skip S --limit L` one to report:
@@ -154,6 +169,26 @@ def test_an_export_makes_the_folders_above_it(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "cache" / "pld") == ["model"]
 
 
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="no sysfs")
+def test_an_export_where_no_folder_can_be_made_fails_before_loading(monkeypatch):
+    """sysfs takes no new folder, not even from root (whom os.access lets write anywhere)."""
+    monkeypatch.setattr("pld.models.load", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(ValueError, match="export-model: cannot write '/sys/pld-export'"):
+        export_model.export("/sys/pld-export")
+
+
+def test_an_export_has_the_mode_of_a_plain_folder(tmp_path, monkeypatch):
+    """Not mkdtemp's 0700: a vLLM service running as another user reads it."""
+    monkeypatch.setattr("pld.models.load", lambda *a, **k: (None, _Saved("tokenizer.json")))
+    monkeypatch.setattr(export_model, "plain_copy", lambda loaded: _Saved("config.json"))
+    old = os.umask(0o027)
+    try:
+        export_model.export(str(tmp_path / "out"))
+    finally:
+        os.umask(old)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750
+
+
 @pytest.mark.parametrize("cut_short", [False, True])
 def test_an_export_cut_short_leaves_no_folder_that_looks_done(tmp_path, monkeypatch, cut_short):
     monkeypatch.setattr("pld.models.load", lambda *a, **k: (None, _Saved("tokenizer.json", cut_short)))
@@ -186,3 +221,9 @@ def test_commands_name_a_bad_option_without_a_traceback(tmp_path, argv, message)
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_the_hub_source_without_datasets_is_a_usage_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # (import datasets raises ImportError)
+    with pytest.raises(ValueError, match="--source hub: needs `pip install datasets`"):
+        tasks.load("hub", ["rag"], 1)

@@ -150,3 +150,31 @@ def test_counts_out_of_range_are_refused_before_any_engine_starts(monkeypatch, n
     monkeypatch.setattr(vb, "start", lambda *a: pytest.fail("an engine started"))
     with pytest.raises(ValueError, match="--" + name.replace("_", "-")):
         vb.run(args)
+
+
+@pytest.mark.parametrize("parts", ["engine", "stream", "drafter,engine"])
+def test_the_engine_parts_refuse_methods_without_plain(monkeypatch, parts):
+    """Their summary is each method against plain: without it every engine ran for a KeyError."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    vb.add_arguments(parser)
+    args = parser.parse_args(["--parts", parts, "--methods", "pld,ngram"])
+    monkeypatch.setattr(vb, "start", lambda *a: pytest.fail("an engine started"))
+    monkeypatch.setattr(vb, "drafter_times", lambda *a: pytest.fail("the drafter was timed"))
+    with pytest.raises(ValueError, match="--methods: .*include plain"):
+        vb.run(args)
+
+
+def test_the_caption_counts_the_single_requests_that_run(monkeypatch):
+    """--single above --limit runs --limit prompts one at a time; the caption says so."""
+    import argparse
+    import sys
+    import types
+
+    parser = argparse.ArgumentParser()
+    vb.add_arguments(parser)
+    args = parser.parse_args(["--parts", "engine", "--limit", "2", "--single", "5"])
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.0"))
+    monkeypatch.setattr(vb, "on_cuda", lambda: False)
+    assert "2 a task after 20 (2 of them one at a time)" in vb.caption(args)

@@ -41,3 +41,17 @@ def test_the_demo_reports_the_median_of_alternating_pairs(capsys):
     with pytest.raises(SystemExit, match="2"):  # argparse's usage error, before the model loads
         demo.main(["--max-new-tokens", "4", "--repeats", "0"])
     assert "--repeats: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_drafts_offers_the_sources_the_demo_can_show(capsys):
+    """"corpus" drafts from earlier calls' outputs, and the demo makes one: not offered."""
+    from pld.drafts import REGISTRY
+
+    parser = demo._parser()
+    assert parser.parse_args(["--drafts", "siblings"]).drafts == "siblings"
+    assert "corpus" in REGISTRY
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--drafts", "corpus"])
+    assert "--drafts: expected 'linear', 'tree' or sources from" in capsys.readouterr().err
+    parser.print_help()
+    assert "corpus:" not in capsys.readouterr().out

@@ -31,7 +31,7 @@ import time
 from typing import Any, Dict, List, Tuple
 
 from . import tasks as task_sources
-from .options import DTYPES, at_least
+from .options import DTYPES, at_least, threads
 
 #: Spec-Bench's six categories in stream order (its eight MT-Bench
 #: categories are the multi-turn conversation set)
@@ -58,7 +58,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None)
     p.add_argument("--device", default="auto")
     p.add_argument("--dtype", default="float32", choices=DTYPES)
-    p.add_argument("--threads", type=at_least(0), default=0)
+    p.add_argument("--threads", type=threads, default=0)
     p.add_argument("--out", default="bench-out")
 
 
@@ -84,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     from .report import caption
 
     calls = stream(args.data or task_sources.default_spec_bench(), args.limit, args.skip)
+    if not calls:
+        raise ValueError(f"--skip: no prompt of the stream's categories is left after skipping {args.skip} "
+                         "a category")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device

@@ -8,7 +8,7 @@ import os
 import platform
 import sys
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from .options import DTYPES, at_least
 
@@ -69,14 +69,24 @@ def verdict(plain_seconds, lookup_seconds, n_plain: int, n_lookup: int) -> dict:
             "spread": spread, "noisy": spread > NOISE or min(ratios) < 1.0 < max(ratios)}
 
 
+#: draft sources the demo cannot show: "corpus" drafts from a pld.Corpus of
+#: earlier calls, and the demo makes one call
+NOT_IN_DEMO = ("corpus",)
+
+
+def _sources() -> Dict[str, str]:
+    """The draft sources --drafts offers: name -> what it drafts."""
+    from ..drafts import describe
+
+    return {n: t for n, t in describe().items() if n not in NOT_IN_DEMO}
+
+
 def _drafts(value: str) -> str:
     """--drafts: 'linear', 'tree' or registered source names (argparse type)."""
-    from ..drafts import REGISTRY
-
     names = [n.strip() for n in value.split(",") if n.strip()]
-    if value in ("linear", "tree") or (names and all(n in REGISTRY for n in names)):
+    if value in ("linear", "tree") or (names and all(n in _sources() for n in names)):
         return value
-    raise argparse.ArgumentTypeError(f"expected 'linear', 'tree' or sources from {list(REGISTRY)}, got {value!r}")
+    raise argparse.ArgumentTypeError(f"expected 'linear', 'tree' or sources from {list(_sources())}, got {value!r}")
 
 
 def _draft_options(drafts: str) -> dict:
@@ -87,8 +97,6 @@ def _draft_options(drafts: str) -> dict:
 
 def _parser() -> argparse.ArgumentParser:
     """The demo's command line: `python -m pld demo` options."""
-    from ..drafts import describe
-
     parser = argparse.ArgumentParser(prog="python -m pld demo", description=__doc__)
     parser.add_argument("--model", default=None,
                         help="a local folder, a .gguf file, or a Hub id (default: the embedded SmolLM2-135M-Instruct)")
@@ -99,7 +107,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--drafts", default="linear", type=_drafts,
                         help="'linear' (one draft a step, the default), 'tree' (a token tree of "
                              "several under a width budget), or draft sources by name, comma-separated: "
-                             + "; ".join(f"{n}: {t}" for n, t in describe().items()))
+                             + "; ".join(f"{n}: {t}" for n, t in _sources().items()))
     parser.add_argument("--sample", action="store_true", help="sample (temperature 0.7, top-p 0.9) instead of greedy")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--color", choices=["auto", "ansi", "plain"], default="auto")

@@ -134,7 +134,7 @@ def _sampling_repeats(model: Any, one: Any) -> bool:
     import pld
 
     runs = []
-    forked = [one.device.index or 0] if one.device.type == "cuda" else []
+    forked = list(range(torch.cuda.device_count())) if one.device.type == "cuda" else []  # (manual_seed seeds every GPU)
     with torch.random.fork_rng(devices=forked):
         for _ in range(2):
             torch.manual_seed(11)
@@ -157,7 +157,11 @@ def _rng_untouched(model: Any, one: Any, new: int) -> bool:
 def _zoo(args: argparse.Namespace, device: str, lines: _PldLines) -> Dict[str, Any]:
     import torch
 
-    chosen = arch_zoo.model_types() if args.archs == "all" else [a.strip() for a in args.archs.split(",")]
+    known = arch_zoo.model_types()
+    chosen = known if args.archs == "all" else [a.strip() for a in args.archs.split(",") if a.strip()]
+    unknown = [a for a in chosen if a not in known]
+    if unknown:
+        raise ValueError(f"--archs: unknown model types {unknown}; 'all' or some of {', '.join(known)}")
     order = [a for a in FIRST if a in chosen] + [a for a in chosen if a not in FIRST]
     results: Dict[str, Any] = {}
     start = time.perf_counter()

@@ -34,11 +34,17 @@ import numpy as np
 
 from ..config import POLICIES
 from .lookup import load_build, machine_info, versions
+from .options import at_least
+
+#: how many distinct ids crafted_ids makes (the 2^16 - 1 tags with zero
+#: low bits, less those whose id is below 2^20)
+MAX_CRAFTED = 65522
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--count", type=int, default=40000,
-                   help="ids per extend (default 40000)")
+    p.add_argument("--count", type=at_least(1, MAX_CRAFTED), default=40000,
+                   help=f"ids per extend (default 40000, at most {MAX_CRAFTED}: the distinct ids that "
+                   "can be crafted)")
     p.add_argument("--repeats", type=int, default=5,
                    help="timed extends per cell, crafted and random alternating (default 5)")
     p.add_argument("--policies", default=",".join(POLICIES),
@@ -66,9 +72,12 @@ def _unmix32(tag: int) -> int:
 def crafted_ids(count: int) -> List[int]:
     """`count` distinct ids >= 2^20 whose key-0 unigram tags share their low
     16 bits: under key 0 they all have one home slot in a table of up to
-    2^16 homes, and two in the next size up."""
+    2^16 homes, and two in the next size up. At most MAX_CRAFTED (a
+    ValueError naming --count beyond)."""
     from .. import _core
 
+    if count > MAX_CRAFTED:
+        raise ValueError(f"--count: at most {MAX_CRAFTED} distinct ids can be crafted, got {count}")
     out, r = [], 1
     while len(out) < count:
         x = _unmix32((r << 16) & 0xFFFFFFFF)
@@ -114,14 +123,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _policies(args: argparse.Namespace) -> Optional[List[str]]:
     """The --policies to run, or None after printing why the options are
-    refused (--count or --repeats < 1, an unknown policy)."""
+    refused (--count or --repeats < 1, no policy or an unknown one)."""
     if args.count < 1 or args.repeats < 1:
         print("--count and --repeats must be >= 1")
         return None
     policies = [p for p in args.policies.replace(" ", "").split(",") if p]
     bad = [p for p in policies if p not in POLICIES]
-    if bad:
-        print(f"--policies: unknown {bad}; choose from {POLICIES}")
+    if bad or not policies:
+        print(f"--policies: unknown {bad or args.policies!r}; choose from {POLICIES}")
         return None
     return policies
 

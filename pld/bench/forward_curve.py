@@ -32,7 +32,7 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import report, shapes
-from .options import at_least, int_list
+from .options import DTYPES, at_least, int_list
 
 SHOWN = (2, 4, 8, 16, 32, 64)  # the widths the table shows
 
@@ -41,7 +41,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", default="embedded",
                    help="comma-separated MODEL[@DTYPE]: embedded, a folder or .gguf, shape:7b|1b|wide|tiny "
                         "(default: embedded)")
-    p.add_argument("--dtype", default="float32", help="dtype of a model without @DTYPE (default float32)")
+    p.add_argument("--dtype", default="float32", choices=DTYPES,
+                   help="dtype of a model without @DTYPE (default float32)")
     p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1 ... (default: cuda when available)")
     p.add_argument("--contexts", type=int_list(1), default="1024,4096,16384",
                    help="context lengths (default %(default)s)")
@@ -52,16 +53,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=os.path.join("bench-out", "forward-cost"))
 
 
-def parse_models(spec: str, dtype: str) -> List[Tuple[Optional[str], str, str]]:
-    """[(model argument for shapes.load_model, dtype, label)] of ``spec``."""
+def parse_models(spec: str, dtype: str, option: str = "--models") -> List[Tuple[Optional[str], str, str]]:
+    """[(model argument for shapes.load_model, dtype, label)] of ``spec``
+    (the value of ``option``): a ValueError naming it for no model, an
+    empty name or a dtype not in DTYPES."""
     out = []
     for item in (s.strip() for s in spec.split(",")):
         if not item:
             continue
         name, _, d = item.partition("@")
+        if not name or (d or dtype) not in DTYPES:
+            raise ValueError(f"{option}: expected MODEL[@DTYPE], DTYPE one of {', '.join(DTYPES)}; got {item!r}")
         out.append((None if name == "embedded" else name, d or dtype, item if d else f"{item}@{dtype}"))
     if not out:
-        raise SystemExit("python -m pld bench forward-cost: --models names no model")
+        raise ValueError(f"{option}: names no model, got {spec!r}")
     return out
 
 

@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def documents(args: argparse.Namespace) -> List[str]:
     """The summarization and rag prompts' texts of --source (the built-in
-    set where Spec-Bench cannot be found)."""
+    set where Spec-Bench cannot be found); a ValueError naming --data where
+    it has none."""
     source, data = args.source, args.data
     if source == "spec-bench" and not data:
         try:
@@ -54,6 +55,8 @@ def documents(args: argparse.Namespace) -> List[str]:
         except ValueError:
             source = "builtin"
     prompts = task_sources.load(source, ["summarization", "rag"], 40, data)
+    if not prompts:
+        raise ValueError(f"--data: {data!r} has no summarization or rag questions to make long prompts of")
     return [p.turns[0] for p in prompts]
 
 
@@ -101,9 +104,10 @@ def run(args: argparse.Namespace) -> int:
     from .generation import ForwardMeter
 
     device = shapes.resolve_device(args.device)
-    model, tokenizer, name = shapes.load_model(args.model, args.dtype, device)
-    texts = documents(args) if tokenizer is not None else []
     chosen = registry.select(args.methods)
+    # (a shape:NAME model has no tokenizer: its prompts are token ids)
+    texts = [] if (args.model or "").startswith(shapes.PREFIX) else documents(args)
+    model, tokenizer, name = shapes.load_model(args.model, args.dtype, device)
     setup = registry.Setup(model, args.max_new_tokens, 10, 3)
     generators = registry.build(chosen, setup)
     meter = ForwardMeter(model, device)

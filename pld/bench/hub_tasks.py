@@ -44,11 +44,13 @@ DATASETS: Dict[str, Tuple[str, Any, str, Callable[[Mapping[str, Any], int], Prom
 
 def prompts(tasks: Sequence[str], limit: int) -> List[Prompt]:
     """The first prompts of each task's dataset; every task must be one of
-    :data:`DATASETS` (pld.bench.tasks.load checks)."""
+    :data:`DATASETS` (pld.bench.tasks.load checks). A ValueError naming
+    --source where ``datasets`` is not installed."""
     try:
         import datasets
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise RuntimeError("the hub source needs `pip install datasets` and the network") from exc
+    except ImportError:
+        raise ValueError("--source hub: needs `pip install datasets` and the network "
+                         "(--source builtin works offline)") from None
     out: List[Prompt] = []
     for t in tasks:
         name, config, split, fmt = DATASETS[t]

@@ -18,7 +18,7 @@ import time
 from typing import Dict, List
 
 from .lookup import machine_info, versions
-from .options import at_least, int_list
+from .options import at_least, int_list, threads
 
 CONTEXTS = (700, 3000)
 
@@ -27,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--contexts", type=int_list(1), default=",".join(map(str, CONTEXTS)),
                    help="comma-separated context lengths (default %(default)s)")
     p.add_argument("--reps", type=at_least(1), default=30, help="forwards per cache and context (default 30)")
-    p.add_argument("--threads", type=at_least(0), default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--threads", type=threads, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--model", default=None, help="a .gguf file or model folder (default: the embedded model)")
     p.add_argument("--out", default=os.path.join("bench-out", "kv-forward"))
 

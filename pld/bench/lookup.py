@@ -104,7 +104,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    % ",".join(map(str, DEFAULT_SIZES)))
     p.add_argument("--repeats", type=options.at_least(1), default=60,
                    help="max timed batches per one-shot cell (default 60)")
-    p.add_argument("--budget", type=float, default=2.5,
+    p.add_argument("--budget", type=options.positive_float, default=2.5,
                    help="max seconds per one-shot cell (default 2.5; >= 3 calls always)")
     p.add_argument("--steps", type=options.at_least(1), default=20000,
                    help="index steps timed per cell (default 20000)")

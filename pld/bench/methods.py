@@ -70,8 +70,8 @@ def select(spec: str) -> List[Method]:
     else:
         names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in REGISTRY]
-    if unknown:
-        raise ValueError(f"methods: unknown {unknown}; registered: {list(REGISTRY)}")
+    if unknown or not names:
+        raise ValueError(f"methods: unknown {unknown or spec!r}; 'default', 'all' or some of {list(REGISTRY)}")
     names = ["greedy"] + [n for n in dict.fromkeys(names) if n != "greedy"]
     return [REGISTRY[n] for n in names]
 

@@ -105,8 +105,8 @@ def run(args: argparse.Namespace) -> int:
     from pld import forward_cost
 
     device = shapes.resolve_device(args.device)
-    (src_name, src_dtype, src_label), = parse_models(args.source_model, "float32")
-    (tgt_name, tgt_dtype, tgt_label), = parse_models(args.target, "bfloat16")
+    src_name, src_dtype, src_label = one_model(args.source_model, "float32", "--source-model")
+    tgt_name, tgt_dtype, tgt_label = one_model(args.target, "bfloat16", "--target")
     data = args.data
     if args.source == "spec-bench" and not data:
         data = task_sources.default_spec_bench()
@@ -128,6 +128,15 @@ def run(args: argparse.Namespace) -> int:
     text = table(runs) + f"\n\n{caption}\n"
     report.save(args.out, text, {"device": device, "caption": caption, "runs": runs})
     return 0
+
+
+def one_model(spec: str, dtype: str, option: str) -> Any:
+    """The one (model, dtype, label) of ``spec`` (forward_curve.parse_models):
+    a ValueError naming ``option`` for none or several."""
+    models = parse_models(spec, dtype, option)
+    if len(models) > 1:
+        raise ValueError(f"{option}: expected one MODEL[@DTYPE], got {spec!r}")
+    return models[0]
 
 
 def table(runs: List[Dict[str, Any]]) -> str:

@@ -43,7 +43,7 @@ def random_llama(shape: str, dtype: Any, device: str, seed: int = 0) -> Any:
     """A LlamaForCausalLM of ``shape`` (a key of SHAPES) with random weights,
     made on ``device`` in ``dtype`` (no float32 copy on the host), eval mode,
     the same for the same seed. torch's global RNG states (the CPU's and
-    the device's) are restored afterwards."""
+    every GPU's, which manual_seed seeds) are restored afterwards."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -52,7 +52,7 @@ def random_llama(shape: str, dtype: Any, device: str, seed: int = 0) -> Any:
     config = LlamaConfig(**SHAPES[shape], max_position_embeddings=32768, rope_theta=10000.0,
                          tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
     where = torch.device(device)
-    forked = [where.index or 0] if where.type == "cuda" else []
+    forked = list(range(torch.cuda.device_count())) if where.type == "cuda" else []  # (manual_seed seeds every GPU)
     with torch.random.fork_rng(devices=forked), where:
         torch.manual_seed(seed)  # inside the fork: the caller's states come back
         model = LlamaForCausalLM._from_config(config, dtype=dtype)

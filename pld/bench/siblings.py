@@ -39,27 +39,36 @@ import time
 from typing import Any, Callable, Dict, List
 
 from . import tasks as task_sources
+from .options import DTYPES, at_least, threads
 from .sibling_bound import replay_bound
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default="", help="the spec-bench question.jsonl (default: found as for generation)")
     p.add_argument("--tasks", default="summarization,rag")
-    p.add_argument("--limit", type=int, default=8, help="prompts per task (default 8)")
-    p.add_argument("--skip", type=int, default=0, help="prompts per task to pass over first")
-    p.add_argument("--n", type=int, default=4, help="samples a prompt (default 4)")
+    p.add_argument("--limit", type=at_least(1), default=8, help="prompts per task (default 8)")
+    p.add_argument("--skip", type=at_least(0), default=0, help="prompts per task to pass over first")
+    p.add_argument("--n", type=at_least(1), default=4, help="samples a prompt (default 4)")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.9)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--num-pred-tokens", type=int, default=10)
-    p.add_argument("--drafts", default="linear,tree", help="drafts modes: linear, tree or both")
+    p.add_argument("--max-new-tokens", type=at_least(1), default=128)
+    p.add_argument("--num-pred-tokens", type=at_least(1), default=10)
+    p.add_argument("--drafts", type=_modes, default="linear,tree", help="drafts modes: linear, tree or both")
     p.add_argument("--no-sample-baseline", action="store_true", help="skip plain batched sampling")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None)
     p.add_argument("--device", default="auto")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--dtype", default="float32", choices=DTYPES)
+    p.add_argument("--threads", type=threads, default=0)
     p.add_argument("--out", default="bench-out")
+
+
+def _modes(text: str) -> List[str]:
+    """--drafts: a non-empty comma-separated list of linear and tree (argparse type)."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    if not modes or set(modes) - {"linear", "tree"}:
+        raise argparse.ArgumentTypeError(f"expected linear and/or tree, got {text!r}")
+    return modes
 
 
 def _methods(model: Any, args: argparse.Namespace) -> Dict[str, Callable]:
@@ -86,9 +95,7 @@ def _methods(model: Any, args: argparse.Namespace) -> Dict[str, Callable]:
         return _until_eos(out[:, ids.shape[1]:].tolist(), eos), None
 
     methods: Dict[str, Callable] = {}
-    for mode in [m.strip() for m in args.drafts.split(",") if m.strip()]:
-        if mode not in ("linear", "tree"):
-            raise SystemExit(f"--drafts: expected linear and/or tree, got {mode!r}")
+    for mode in args.drafts:
         methods[f"alone_{mode}"] = lookup(mode == "tree", False)
         methods[f"siblings_{mode}"] = lookup(mode == "tree", True)
     if not args.no_sample_baseline:

@@ -180,9 +180,10 @@ def joined(documents: Sequence[str], source: str) -> List[Prompt]:
     for i in range(len(documents) // 5):
         for size, chars in LONG_SIZES.items():
             body: List[str] = []
-            j = 5 * i
-            while sum(map(len, body)) < chars:
+            j, length = 5 * i, 0
+            while length < chars:
                 body.append(documents[j % len(documents)])
+                length += len(body[-1])
                 j += 1
             text = "Summarize the following texts in a few sentences.\n\n" + "\n\n".join(body)
             out.append(Prompt(id=f"{source}/long-{i}-{size}", task="long", category=size, turns=(text,),

@@ -20,6 +20,7 @@ import argparse
 from typing import Any, Dict, List, Tuple
 
 from . import tasks as task_sources
+from .options import positive_float, threads
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -39,10 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="then decode the prompts again with the fitted prior, the likeliest "
                    "--scale-width nodes a step, and report accepted per predicted node "
                    "(PRIOR_SCALE; 0: skip)")
-    p.add_argument("--strength", type=float, default=10.0,
+    p.add_argument("--strength", type=positive_float, default=10.0,
                    help="trials a bucket's neighbours are worth in its fit (default 10)")
     p.add_argument("--model", default=None)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=threads, default=0)
     p.add_argument("--no-progress", action="store_true")
 
 

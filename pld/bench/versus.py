@@ -39,6 +39,7 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import tasks as task_sources
+from .options import threads
 
 #: the two builds, in the table's order
 BUILDS = ("current", "baseline")
@@ -61,7 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--num-pred-tokens", type=int, default=10, help="draft length k (default 10)")
     p.add_argument("--max-ngram", type=int, default=3, help="largest n-gram matched (default 3)")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads in each worker (0: torch's default)")
+    p.add_argument("--threads", type=threads, default=0, help="torch CPU threads in each worker (0: torch's default)")
     p.add_argument("--methods", default="pld,pld_tree",
                    help="comma-separated names from pld.bench.methods (default pld,pld_tree); "
                         "with --batch-size > 1: pld, pld_tree (pld.generate on the batch)")

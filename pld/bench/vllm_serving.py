@@ -68,11 +68,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tasks", default="summarization,rag")
     p.add_argument("--limit", type=int, default=8, help="prompts per task for the batched runs (default 8)")
     p.add_argument("--single", type=int, default=4,
-                   help="of those, how many run one request at a time (default 4)")
+                   help="of those, how many run one request at a time (default 4; at most --limit)")
     p.add_argument("--skip", type=int, default=20, help="prompts per task passed over first (default 20)")
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--k", type=int, default=10, help="num_speculative_tokens (default 10)")
-    p.add_argument("--concurrency", type=int, default=8, help="requests at once in the batched runs (0: none)")
+    p.add_argument("--concurrency", type=int, default=8,
+                   help="requests at once in the batched runs (default 8; 0 or 1: no batched runs)")
     p.add_argument("--methods", default="plain,plain-again,ngram,ngram-matched,ngram-gpu,suffix,pld,pld-corpus")
     p.add_argument("--kv-cache-bytes", type=int, default=1 << 30)
     p.add_argument("--out", default="bench-out/vllm")
@@ -420,8 +421,8 @@ def caption(args: argparse.Namespace) -> str:
     return (f"vLLM {vllm.__version__} on {gpu}{report._cpu_name()}, {os.cpu_count()} cores; model "
             f"{args.model or 'SmolLM2-135M-Instruct (embedded, exported)'}, float32, greedy, k={args.k}, "
             f"<= {args.max_new_tokens} new tokens; "
-            + (f"Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} ({args.single} of them one at a "
-               "time); " if "engine" in parts else "")
+            + (f"Spec-Bench {args.tasks}, {args.limit} a task after {args.skip} "
+               f"({min(args.single, args.limit)} of them one at a time); " if "engine" in parts else "")
             + (f"replay: Spec-Bench {args.tasks}, {args.limit} a task after {args.skip}, vLLM plain's outputs; "
                if "replay" in parts else "")
             + (f"stream: Spec-Bench's six categories, {args.stream_limit} a category after {args.skip}, in order; "
@@ -472,7 +473,10 @@ def run(args: argparse.Namespace) -> int:
         from .tasks import parse_tasks
 
         parse_tasks(args.tasks, "spec-bench")
-    known_methods(args.methods.split(","))
+    methods = known_methods(args.methods.split(","))
+    if parts & {"engine", "stream"} and "plain" not in methods:
+        raise ValueError(f"--methods: the engine and stream parts measure each method against vLLM plain; "
+                         f"include plain, got {args.methods!r}")
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("vLLM is not installed in this environment: `bench vllm` runs in a venv with "
                          "pip install -e '.[vllm,bench]' (README, \"Serving with vLLM\")")
