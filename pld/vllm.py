@@ -65,7 +65,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -382,6 +382,7 @@ class Drafter:
         ended: List[int] = []  # the rows that sampled an end-of-sequence id
         decoding = 0
         max_len = self.options.max_model_len
+        taken: Optional[Set[int]] = None
         for i, sampled in enumerate(sampled_token_ids):
             n = lengths[i]
             if not sampled or n >= max_len:
@@ -394,8 +395,11 @@ class Drafter:
             at = i * width
             state = claimed.get(i)
             if state is None:
-                state = claimed[i] = self._find(tokens, i, at, n, claimed) or \
+                if taken is None:  # (the states rows hold: once a step, then kept)
+                    taken = {id(s) for s in claimed.values()}
+                state = claimed[i] = self._find(tokens, i, at, n, taken) or \
                     _Request(n, n - len(sampled), self.options)
+                taken.add(id(state))
             if state.proposed:  # how the last draft fared
                 self._fared(state, len(sampled) - 1)
             if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
@@ -500,16 +504,21 @@ class Drafter:
             self._lengths = lengths
         return array
 
-    def _find(self, tokens: np.ndarray, i: int, at: int, n: int, claimed: Dict[int, _Request]
-              ) -> Optional[_Request]:
-        """The longest state held whose tokens are exactly a prefix of row
-        i, that no other row has claimed (checked in full: this runs only
-        for a new, moved or resumed request)."""
-        taken = {id(s) for s in claimed.values()}
-        best = None
-        for state in self.keys.get(_head(tokens, i, n), ()):
-            if id(state) not in taken and state.is_prefix_of(tokens, at, n) and (best is None or state.n > best.n):
-                best = state
+    def _find(self, tokens: np.ndarray, i: int, at: int, n: int, taken: Set[int]) -> Optional[_Request]:
+        """A state held whose tokens are exactly a prefix of row i, that no
+        row has claimed (``taken``: their ids), checked in full (this runs
+        only for a new, moved or resumed request, or after a step vLLM did
+        not show the drafter): the row's last state, if it is one (every
+        row after such a step, whose requests share a system prompt: not a
+        scan of them all a row), else the longest."""
+        last = self.rows.get(i)
+        if last is not None and id(last) not in taken and last.is_prefix_of(tokens, at, n):
+            best: Optional[_Request] = last
+        else:
+            best = None
+            for state in self.keys.get(_head(tokens, i, n), ()):
+                if id(state) not in taken and (best is None or state.n > best.n) and state.is_prefix_of(tokens, at, n):
+                    best = state
         if best is not None:
             self.pool.pop(id(best), None)
         return best

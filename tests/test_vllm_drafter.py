@@ -1036,3 +1036,40 @@ def test_a_request_cut_below_its_head_starts_afresh_and_is_found_again_after_a_m
     tokens[0, :5] = [9, 9, 9, 9, 9]
     drafter.propose([[], [seq[-1]]], np.array([5, len(seq)]), tokens)
     assert drafter.rows[1] is state
+
+
+def test_after_a_step_vllm_did_not_show_each_row_finds_its_own_state_at_once(monkeypatch):
+    """vLLM skips the drafter for the whole batch in a step where a request
+    nears max_model_len; at the next every row has grown by more than it
+    sampled and is matched in full. Requests sharing a system prompt share
+    a head key: each row's own state is checked first, once, not every
+    state under that key (rows x states full checks: half a second at
+    1,024 rows)."""
+    rows = 32
+    rng = np.random.default_rng(0)
+    drafter = Drafter(config(k=4, max_model_len=400, max_num_seqs=rows, adaptive=False))
+    tokens = np.zeros((rows, 400), dtype=np.int32)
+    lengths = np.full(rows, 60, dtype=np.int32)
+    system = rng.integers(3, VOCAB, HEAD + 4)
+    for i in range(rows):
+        tokens[i, :len(system)] = system
+        tokens[i, len(system):60] = rng.integers(3, VOCAB, 60 - len(system))
+
+    def step(shown=True):
+        sampled = []
+        for i in range(rows):
+            sampled.append([int(rng.integers(3, VOCAB))])
+            tokens[i, lengths[i]] = sampled[-1][0]
+            lengths[i] += 1
+        return drafter.propose(sampled, lengths, tokens) if shown else None
+
+    for _ in range(3):
+        step()
+    held = {i: id(s) for i, s in drafter.rows.items()}
+    step(shown=False)
+    checks = []
+    real = pld.vllm._Request.is_prefix_of
+    monkeypatch.setattr(pld.vllm._Request, "is_prefix_of", lambda self, *a: checks.append(1) or real(self, *a))
+    step()
+    assert {i: id(s) for i, s in drafter.rows.items()} == held and len(held) == rows
+    assert len(checks) == rows
