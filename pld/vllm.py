@@ -400,8 +400,11 @@ class Drafter:
                 state = claimed[i] = self._find(tokens, i, at, n, taken) or \
                     _Request(n, n - len(sampled), self.options)
                 taken.add(id(state))
-            if state.proposed:  # how the last draft fared
-                self._fared(state, len(sampled) - 1)
+            if state.proposed:  # how the last draft fared: unknown after a step vLLM did not show
+                if n - state.n == len(sampled):
+                    self._fared(state, len(sampled) - 1)
+                else:
+                    state.proposed = 0
             if state.n < HEAD or len(state.key) < HEAD:  # the key: the row's first min(HEAD, n)
                 self._key(state, tokens, i, n)
             decoding += 1

@@ -1073,3 +1073,47 @@ def test_after_a_step_vllm_did_not_show_each_row_finds_its_own_state_at_once(mon
     step()
     assert {i: id(s) for i, s in drafter.rows.items()} == held and len(held) == rows
     assert len(checks) == rows
+
+
+@pytest.mark.parametrize("adaptive", ["request", True])
+def test_a_draft_whose_verification_vllm_did_not_show_is_not_learned_as_rejected(adaptive):
+    """A step vLLM did not show the drafter verified the draft before it:
+    at the next step the row has grown by more than it sampled, and how
+    that draft fared is unknown. It is not learned as rejected (which made
+    a request's own schedule pause and shrink, and taught the budget a
+    rejection that never happened)."""
+    period = list(range(3, 13))
+    tokens = np.zeros((1, 400), dtype=np.int32)
+    n = 4 * len(period)
+    tokens[0, :n] = period * 4
+    drafter = Drafter(config(k=4, max_model_len=400, max_num_seqs=1, adaptive=adaptive))
+    learned = []
+    if drafter.budget is not None:  # (the outcomes it learns at each plan, from C's step or Python's)
+        budget, real = drafter.budget, drafter.budget._learn
+        budget._learn = lambda: learned.extend((p, a) for _, p, a, _ in budget.outcomes) or real()
+
+    def verify(draft):
+        """The model continues the period: the draft's tokens that do, then one more."""
+        nonlocal n
+        kept = []
+        for t in draft:
+            if t != period[(n + len(kept)) % len(period)]:
+                break
+            kept.append(t)
+        sampled = kept + [period[(n + len(kept)) % len(period)]]
+        tokens[0, n:n + len(sampled)] = sampled
+        n += len(sampled)
+        return sampled
+
+    drafts = [drafter.propose([verify([])], np.array([n]), tokens)[0]]
+    for _ in range(5):
+        drafts.append(drafter.propose([verify(drafts[-1])], np.array([n]), tokens)[0])
+    assert all(drafts[-3:])  # (the period continues: every draft is accepted whole)
+    draft = drafts[-1]
+    before = len(draft)
+    verify(draft)  # vLLM verifies it, then skips the drafter this step
+    draft = drafter.propose([verify([])], np.array([n]), tokens)[0]
+    assert len(draft) == before
+    if drafter.budget is not None:
+        learned += [(p, a) for _, p, a, _ in drafter.budget.outcomes]  # (not yet learned)
+        assert learned and all(a == p for p, a in learned)
