@@ -33,6 +33,7 @@ def export(folder: str, model: Optional[str] = None, dtype: str = "float32") -> 
         loaded, tokenizer = load(model, dtype=dtype)
         plain_copy(loaded).save_pretrained(work)
         tokenizer.save_pretrained(work)
+        _plain_modes(work)
         if os.path.isdir(target):
             os.rmdir(target)  # (empty: checked above)
         os.rename(work, target)
@@ -59,6 +60,22 @@ def _work_folder(target: str, folder: str) -> str:
                 continue
     except OSError as exc:
         raise ValueError(f"export-model: cannot write {folder!r}: {exc}") from None
+
+
+def _plain_modes(work: str) -> None:
+    """Every file and folder in ``work`` given the mode a plain open or
+    mkdir gives under this umask (read from ``work``'s own mode, made by a
+    plain mkdir: the process-wide umask is never set): transformers writes
+    the weights 0600, which a vLLM service running as another user cannot
+    read."""
+    folder_mode = os.stat(work).st_mode & 0o777
+    for root, folders, files in os.walk(work):
+        for name in folders:
+            os.chmod(os.path.join(root, name), folder_mode, follow_symlinks=False)
+        for name in files:
+            path = os.path.join(root, name)
+            if not os.path.islink(path):
+                os.chmod(path, folder_mode & 0o666)
 
 
 def _checked_folder(folder: Any) -> str:

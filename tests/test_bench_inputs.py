@@ -150,13 +150,15 @@ def test_export_model_checks_the_folder_before_loading(tmp_path, monkeypatch, ki
 class _Saved:
     """A model or tokenizer whose save_pretrained writes one file (or is cut short)."""
 
-    def __init__(self, name, interrupt=False):
-        self.name, self.interrupt = name, interrupt
+    def __init__(self, name, interrupt=False, mode=None):
+        self.name, self.interrupt, self.mode = name, interrupt, mode
 
     def save_pretrained(self, folder):
         if self.interrupt:
             raise KeyboardInterrupt
         open(os.path.join(folder, self.name), "w").close()
+        if self.mode is not None:  # (transformers writes model.safetensors 0600)
+            os.chmod(os.path.join(folder, self.name), self.mode)
 
 
 def test_an_export_makes_the_folders_above_it(tmp_path, monkeypatch):
@@ -178,15 +180,18 @@ def test_an_export_where_no_folder_can_be_made_fails_before_loading(monkeypatch)
 
 
 def test_an_export_has_the_mode_of_a_plain_folder(tmp_path, monkeypatch):
-    """Not mkdtemp's 0700: a vLLM service running as another user reads it."""
+    """Not mkdtemp's 0700, nor the 0600 transformers gives the weights: a
+    vLLM service running as another user reads them."""
     monkeypatch.setattr("pld.models.load", lambda *a, **k: (None, _Saved("tokenizer.json")))
-    monkeypatch.setattr(export_model, "plain_copy", lambda loaded: _Saved("config.json"))
+    monkeypatch.setattr(export_model, "plain_copy", lambda loaded: _Saved("model.safetensors", mode=0o600))
     old = os.umask(0o027)
     try:
         export_model.export(str(tmp_path / "out"))
     finally:
         os.umask(old)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o640
+    assert (tmp_path / "out" / "tokenizer.json").stat().st_mode & 0o777 == 0o640
 
 
 @pytest.mark.parametrize("cut_short", [False, True])
