@@ -1905,7 +1905,7 @@ done:
 
 static PyMethodDef NgramIndex_methods[] = {
     {"extend", (PyCFunction)NgramIndex_extend, METH_O,
-     "extend(tokens)\n--\n\nAppend one token id, or a sequence of ids, a 1-D C-contiguous integer\n"
+     "extend($self, tokens, /)\n--\n\nAppend one token id, or a sequence of ids, a 1-D C-contiguous integer\n"
      "buffer in native byte order, or a DLPack tensor ([L] or [1, L])."},
     {"propose", (PyCFunction)(void (*)(void))NgramIndex_propose, METH_FASTCALL | METH_KEYWORDS,
      "propose(num_pred_tokens=10, semantics='seed', max_length=None, eos_token_id=None)\n--\n\n"
@@ -1932,21 +1932,21 @@ static PyMethodDef NgramIndex_methods[] = {
      "most max_nodes nodes. Returns (tokens, parents, depths, ngrams, supports) as\n"
      "propose_tree does (parent -1: the root, i.e. context's last token)."},
     {"reserve", (PyCFunction)NgramIndex_reserve, METH_O,
-     "reserve(n)\n--\n\nMake room for n more tokens, so that the next extends (n tokens in\n"
+     "reserve($self, n, /)\n--\n\nMake room for n more tokens, so that the next extends (n tokens in\n"
      "all) never grow a table: each then costs O(max_ngram_size) at worst, not only on\n"
      "average. A generation loop reserves the number of new tokens it may add."},
     {"truncate", (PyCFunction)NgramIndex_truncate, METH_O,
-     "truncate(n)\n--\n\nKeep the first n tokens."},
+     "truncate($self, n, /)\n--\n\nKeep the first n tokens."},
     {"tokens", (PyCFunction)NgramIndex_tokens, METH_NOARGS,
      "tokens()\n--\n\nThe indexed sequence as a list of ints."},
     {"first_unequal", (PyCFunction)(void (*)(void))NgramIndex_first_unequal, METH_FASTCALL,
-     "first_unequal(rows, at, start0, stop0, ...)\n--\n\nThe first (start, stop) pair (at most "
+     "first_unequal($self, rows, at, /, *spans)\n--\n\nThe first (start, stop) pair (at most "
      "8) for which the indexed tokens [start, stop)\ndiffer from the ids rows[at + start : at + "
      "stop], or the number of pairs when none\ndoes. rows: a C-contiguous buffer of integer ids "
      "(any size and sign, native byte\norder), read flat; every span is checked (ValueError) "
      "before any is compared."},
     {"follow", (PyCFunction)(void (*)(void))NgramIndex_follow, METH_FASTCALL,
-     "follow(rows, at, n, want)\n--\n\nExtend by the ids rows[at + len : at + n] (len: the "
+     "follow($self, rows, at, n, want, /)\n--\n\nExtend by the ids rows[at + len : at + n] (len: the "
      "tokens indexed, n >= len;\nrows as for first_unequal), then return propose(want) "
      "(want 0: [], no lookup).\nOne call for a step of a row that grew in a caller's token "
      "array."},
@@ -2602,7 +2602,7 @@ static PyObject *send_drafts(PyObject *const *args, Py_ssize_t nargs)
 
 static PyMethodDef DraftState_methods[] = {
     {"seems", (PyCFunction)(void (*)(void))DraftState_seems, METH_FASTCALL,
-     "seems(rows, at, limit) -> bool\n--\n\n"
+     "seems($self, rows, at, limit, /)\n--\n\n"
      "Whether the row of `limit` ids at flat index `at` of rows (a C-contiguous integer\n"
      "buffer) still looks like this request: its first 16 tokens, the last 32 it holds,\n"
      "then a rolling window of 256 (the cursor moves on past it once the first two match)."},
@@ -3024,12 +3024,12 @@ static PyObject *Corpus_repr(CorpusObject *self)
 
 static PyMethodDef Corpus_methods[] = {
     {"add", (PyCFunction)Corpus_add, METH_O,
-     "add(tokens)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor, a 1-D\n"
+     "add($self, tokens, /)\n--\n\nAdd one sequence (a list or tuple of ints, a 1-D integer tensor, a 1-D\n"
      "C-contiguous integer array in native byte order): ids >= 0 (and below the bound\n"
      "_bind_vocab set), at most max_tokens of them; an empty one is ignored. Then, while\n"
      "more than max_tokens tokens are held, the oldest segment is dropped."},
     {"_bind_vocab", (PyCFunction)(void (*)(void))Corpus_bind_vocab, METH_FASTCALL,
-     "_bind_vocab(vocab_size, set)\n--\n\nThe largest id held if it is >= vocab_size, else -1;\n"
+     "_bind_vocab($self, vocab_size, set, /)\n--\n\nThe largest id held if it is >= vocab_size, else -1;\n"
      "with set true, vocab_size becomes the bound later adds are checked against (the\n"
      "first bound stays)."},
     {"propose_tree", (PyCFunction)(void (*)(void))Corpus_propose_tree,
@@ -3043,7 +3043,7 @@ static PyMethodDef Corpus_methods[] = {
      "nodes. Returns (tokens, parents, depths, ngrams, supports) as\n"
      "NgramIndex.propose_tree does. The cost does not grow with the tokens held."},
     {"sequence", (PyCFunction)Corpus_sequence, METH_O,
-     "sequence(i)\n--\n\nThe i-th sequence held, oldest first, as a list of ints."},
+     "sequence($self, i, /)\n--\n\nThe i-th sequence held, oldest first, as a list of ints."},
     {"_export", (PyCFunction)Corpus_export, METH_NOARGS,
      "_export()\n--\n\n(tokens, lengths): every held sequence, oldest first, as native int64\n"
      "bytes (tokens one after another; each sequence's length), one consistent snapshot."},
@@ -3365,18 +3365,18 @@ static PyObject *py_ngram_tag(PyObject *self, PyObject *const *args, Py_ssize_t 
 
 static PyMethodDef module_methods[] = {
     {"draft_rows", (PyCFunction)(void (*)(void))py_draft_rows, METH_FASTCALL,
-     "draft_rows(states, rows, width, lengths, sampled, k, max_len, outcomes, corpus_ready)\n--\n\n"
+     "draft_rows(states, rows, width, lengths, sampled, k, max_len, outcomes, corpus_ready, stop_ids, /)\n--\n\n"
      "One step of pld.vllm's drafter over every row (see pld/_core.pyi)."},
     {"send_drafts", (PyCFunction)(void (*)(void))py_send_drafts, METH_FASTCALL,
-     "send_drafts(states, drafts, candidates, chosen) -> list\n--\n\n"
+     "send_drafts(states, drafts, candidates, chosen, /)\n--\n\n"
      "The drafts cut to the chosen lengths, their states waiting for vLLM's answer\n"
      "(see pld/_core.pyi)."},
     {"_ngram_tag", (PyCFunction)(void (*)(void))py_ngram_tag, METH_FASTCALL,
-     "_ngram_tag(tokens, seed=0) -> int: the hash tag of an n-gram in an index keyed by seed "
+     "_ngram_tag(tokens, seed=0, /)\n--\n\nThe hash tag of an n-gram in an index keyed by seed "
      "(for tests)"},
     {"_find_candidate", (PyCFunction)(void (*)(void))py_find_candidate, METH_FASTCALL,
      "_find_candidate(input_ids, max_ngram_size, num_pred_tokens, min_ngram_size, semantics, "
-     "max_length, eos_token_id) -> (start, count)"},
+     "max_length, eos_token_id, with_ids=False, /)\n--\n\n(start, count), and the draft's ids with with_ids"},
     {"accept_greedy", (PyCFunction)(void (*)(void))py_accept_greedy, METH_FASTCALL | METH_KEYWORDS,
      "accept_greedy(tokens, choices, parents=None)\n--\n\n"
      "Greedy acceptance of a verified token tree: walk from the root along the model's\n"
