@@ -10,6 +10,7 @@ streamer, a per-step callback -- travels beside it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import operator
 from dataclasses import dataclass
@@ -285,6 +286,10 @@ class DecodeConfig:
         if self.top_k is not None and self.top_k < 0:
             raise ValueError(f"top_k must be >= 0 (0: no top-k filter), got {self.top_k}")
         put("top_p", _number("top_p", self.top_p))
+        if self.temperature is not None and not 0.0 < self.temperature < math.inf:
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature}")
+        if self.top_p is not None and not 0.0 <= self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in [0, 1], got {self.top_p}")
         if not self.do_sample and (self.temperature, self.top_k, self.top_p) != (None, None, None):
             raise ValueError("temperature/top_k/top_p need do_sample=True")
 

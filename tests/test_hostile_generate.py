@@ -399,6 +399,19 @@ def test_negative_top_k_is_refused_and_draft_sources_may_be_an_iterator():
     assert pld.DecodeConfig(draft_sources=iter(["prompt"])).draft_sources == ("prompt",)
 
 
+@pytest.mark.parametrize("name,value", [("temperature", 0.0), ("temperature", -1.0), ("temperature", float("nan")),
+                                        ("temperature", float("inf")), ("top_p", 1.5), ("top_p", -0.1),
+                                        ("top_p", float("nan"))])
+def test_sampling_values_out_of_range_are_refused_by_the_config(name, value):
+    """As transformers' warpers refuse them, but when the config is made
+    (a top_p above 1 was dropped without a word: top-p acts below 1 only)."""
+    import pld
+
+    with pytest.raises(ValueError, match=name):
+        pld.DecodeConfig(do_sample=True, **{name: value})
+    assert getattr(pld.DecodeConfig(do_sample=True, **{name: 1.0}), name) == 1.0  # (the edge is taken)
+
+
 _BAD_ARGUMENTS = [
     ("model", None),
     ("model", "gpt2"),
