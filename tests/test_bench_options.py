@@ -4,11 +4,13 @@ error naming the option, exit status 2, before a model loads or any
 long work starts; never a traceback."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
 
+import pld
 from pld.__main__ import run_command
 
 TORCH = pytest.mark.torch  # (--device asks torch which devices there are)
@@ -73,6 +75,12 @@ def test_an_out_folder_that_is_or_can_be_made_is_taken(tmp_path):
     (["lookup", "--budget", "nan"], "--budget: expected a finite number > 0"),
     (["siblings", "--drafts", "", "--no-sample-baseline"], "--drafts: expected linear and/or tree, got ''"),
     (["siblings", "--drafts", "linear,bush"], "--drafts: expected linear and/or tree"),
+    (["siblings", "--temperature", "-1"], "--temperature: expected a finite number > 0"),
+    (["siblings", "--top-p", "1.5"], "--top-p: expected a number from 0 to 1"),
+    (["corpus-stream", "--max-tokens", "0"], "--max-tokens: expected an integer >= 1"),
+    (["generation", "--prompt-chars", "-1"], "--prompt-chars: expected an integer >= 0"),
+    (["generation", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
+    (["versus", "--baseline", ".", "--batch-size", "0"], "--batch-size: expected an integer >= 1"),
     pytest.param(["generation", "--device", "bogus"], "argument --device: expected auto, cpu, cuda", marks=TORCH),
     pytest.param(["siblings", "--device", "cuda:99"], "argument --device: 'cuda:99': this machine has",
                  marks=TORCH),
@@ -111,6 +119,18 @@ def test_python_m_pld_bench_reports_a_bad_option_without_a_traceback(tmp_path):
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert "error: tasks: unknown ['bogus']" in proc.stderr
+
+
+def test_a_missing_question_file_is_a_usage_error(nothing_loads, tmp_path, capsys, monkeypatch):
+    """No --data and no Spec-Bench file where the default looks: the exit
+    status and the `error:` of every other usage error (it was 1, unprefixed)."""
+    from pld.bench import tasks
+
+    monkeypatch.setattr(tasks, "default_spec_bench", lambda: (_ for _ in ()).throw(ValueError("data: none found")))
+    built = os.path.dirname(os.path.dirname(os.path.abspath(pld.__file__)))  # (a built tree, as --baseline takes)
+    for argv in (["generation", "--source", "spec-bench"], ["versus", "--baseline", built, "--source", "spec-bench"]):
+        err = _refused(argv, capsys)
+        assert "error: data: none found" in err and "Traceback" not in err, err
 
 
 def test_host_time_refuses_a_question_file_without_documents(nothing_loads, tmp_path, capsys, monkeypatch):

@@ -98,13 +98,6 @@ def test_batch_run_compares_at_the_same_batch_size(tmp_path, capsys):
     assert table in capsys.readouterr().out
 
 
-def test_batch_size_zero_is_refused(tmp_path):
-    from pld.bench.__main__ import main
-
-    with pytest.raises(SystemExit, match="batch-size"):
-        main(["--limit", "1", "--batch-size", "0", "--out", str(tmp_path), "--no-progress"])
-
-
 def test_tree_prior_fits_every_row_and_measures_the_scale(capsys):
     """`python -m pld bench tree-prior` end to end on the embedded model
     (built-in prompts, a few tokens): the PRIOR literal has the successors'

@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=at_least(1), default=128)
     p.add_argument("--num-pred-tokens", type=at_least(1), default=10)
     p.add_argument("--drafts", choices=("linear", "tree"), default="linear")
-    p.add_argument("--max-tokens", type=int, default=1 << 22, help="the corpus's max_tokens")
+    p.add_argument("--max-tokens", type=at_least(1), default=1 << 22, help="the corpus's max_tokens")
     p.add_argument("--window", type=at_least(1), default=4, help="calls in the plot's moving mean (default 4)")
     p.add_argument("--model", default=None)
     p.add_argument("--device", default="auto")

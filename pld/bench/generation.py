@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "in the working directory or a parent)")
     p.add_argument("--tasks", default="all", help=f"'all' or some of {','.join(task_sources.TASKS)}")
     p.add_argument("--limit", type=at_least(1), default=10, help="prompts per task (default 10)")
-    p.add_argument("--batch-size", type=int, default=1,
+    p.add_argument("--batch-size", type=at_least(1), default=1,
                    help="prompts a generation (default 1); B > 1 compares batched greedy with batched "
                         "pld at the same B (pld.bench.batch; first turns only; its own methods, so "
                         "not with --methods)")
@@ -49,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="default",
                    help="'default', 'all' or names from: " + ", ".join(registry.REGISTRY))
     p.add_argument("--max-new-tokens", type=at_least(1), default=64)
-    p.add_argument("--prompt-chars", type=int, default=0,
+    p.add_argument("--prompt-chars", type=at_least(0), default=0,
                    help="cut each user turn to its first N characters, for a quick run (default 0: whole)")
     p.add_argument("--num-pred-tokens", type=at_least(1), default=10, help="draft length k (default 10)")
     p.add_argument("--max-ngram", type=at_least(1), default=3, help="largest n-gram matched (default 3)")
@@ -107,18 +107,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _prompts(args: argparse.Namespace) -> List[Any]:
     """The prompts --source/--tasks/--limit/--skip name (--data, or the
-    default spec-bench file for source spec-bench). SystemExit when the
-    spec-bench file is not found, no prompt matches, or --batch-size < 1."""
+    default spec-bench file for source spec-bench). ValueError when the
+    spec-bench file is not found, no prompt matches, or --methods is given
+    with --batch-size > 1."""
     tasks = task_sources.parse_tasks(args.tasks, args.source)
     prompts = task_sources.load(args.source, tasks, args.limit, _data(args), skip=args.skip)
     if not prompts:
-        raise SystemExit(f"no prompts for tasks {tasks} from source {args.source}")
-    if args.prompt_chars < 0:
-        raise SystemExit(f"python -m pld bench: --prompt-chars must be >= 0, got {args.prompt_chars}")
+        raise ValueError(f"no prompts for tasks {tasks} from source {args.source}")
     if args.prompt_chars:
         prompts = [dataclasses.replace(p, turns=tuple(t[:args.prompt_chars] for t in p.turns)) for p in prompts]
-    if args.batch_size < 1:
-        raise SystemExit(f"python -m pld bench: --batch-size must be >= 1, got {args.batch_size}")
     if args.batch_size > 1 and args.methods != "default":
         raise ValueError("--methods: not with --batch-size > 1 (batched runs compare their own methods: "
                          "pld.bench.batch)")
@@ -127,13 +124,10 @@ def _prompts(args: argparse.Namespace) -> List[Any]:
 
 def _data(args: argparse.Namespace) -> str:
     """The question file of --source spec-bench: --data, else the default
-    one (SystemExit when there is none); "" for the other sources."""
+    one (ValueError when there is none); "" for the other sources."""
     if args.source != "spec-bench":
         return ""
-    try:
-        return args.data or task_sources.default_spec_bench()
-    except ValueError as e:
-        raise SystemExit(f"python -m pld bench: {e}") from None
+    return args.data or task_sources.default_spec_bench()
 
 
 def _file_identity(path: str) -> Dict[str, Any]:

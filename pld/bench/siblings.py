@@ -39,7 +39,7 @@ import time
 from typing import Any, Callable, Dict, List
 
 from . import tasks as task_sources
-from .options import DTYPES, at_least, threads
+from .options import DTYPES, at_least, positive_float, probability, threads
 from .sibling_bound import replay_bound
 
 
@@ -49,11 +49,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=at_least(1), default=8, help="prompts per task (default 8)")
     p.add_argument("--skip", type=at_least(0), default=0, help="prompts per task to pass over first")
     p.add_argument("--n", type=at_least(1), default=4, help="samples a prompt (default 4)")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.9)
+    p.add_argument("--temperature", type=positive_float, default=0.7)
+    p.add_argument("--top-p", type=probability, default=0.9)
     p.add_argument("--max-new-tokens", type=at_least(1), default=128)
     p.add_argument("--num-pred-tokens", type=at_least(1), default=10)
-    p.add_argument("--drafts", type=_modes, default="linear,tree", help="drafts modes: linear, tree or both")
+    p.add_argument("--drafts", type=_modes, default="linear,tree", help="drafts modes: linear, tree, or linear,tree (the default: both)")
     p.add_argument("--no-sample-baseline", action="store_true", help="skip plain batched sampling")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", default=None)

@@ -39,7 +39,7 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import tasks as task_sources
-from .options import threads
+from .options import at_least, threads
 
 #: the two builds, in the table's order
 BUILDS = ("current", "baseline")
@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="pld,pld_tree",
                    help="comma-separated names from pld.bench.methods (default pld,pld_tree); "
                         "with --batch-size > 1: pld, pld_tree (pld.generate on the batch)")
-    p.add_argument("--batch-size", type=int, default=1, help="prompts a generation (default 1)")
+    p.add_argument("--batch-size", type=at_least(1), default=1, help="prompts a generation (default 1)")
     p.add_argument("--count-calibration", action="store_true",
                    help="count the forward-cost calibrations' time too (what a user pays; default: left out)")
     p.add_argument("--out", default=os.path.join("bench-out", "versus"))
@@ -321,14 +321,11 @@ def caption(builds: List[Build], args: argparse.Namespace, tasks: List[str]) -> 
 
 def _prompts(args: argparse.Namespace) -> Tuple[List[str], List[Any]]:
     """(tasks, prompts) from the options, through pld.bench.tasks."""
-    try:
-        tasks = task_sources.parse_tasks(args.tasks, args.source)
-        data = args.data or (task_sources.default_spec_bench() if args.source == "spec-bench" else "")
-        prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
-    except ValueError as e:
-        raise SystemExit(f"python -m pld bench versus: {e}") from None
+    tasks = task_sources.parse_tasks(args.tasks, args.source)
+    data = args.data or (task_sources.default_spec_bench() if args.source == "spec-bench" else "")
+    prompts = task_sources.load(args.source, tasks, args.limit, data, skip=args.skip)
     if not prompts:
-        raise SystemExit(f"python -m pld bench versus: no prompts for tasks {tasks} from {args.source}")
+        raise ValueError(f"no prompts for tasks {tasks} from {args.source}")
     return tasks, prompts
 
 
@@ -365,13 +362,12 @@ def _task_sizes(prompts: List[Any]) -> Dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The comparison; prints and writes the table. SystemExit on bad
-    options, a baseline that is not built, or a worker that fails."""
-    if args.batch_size < 1:
-        raise SystemExit(f"python -m pld bench versus: --batch-size must be >= 1, got {args.batch_size}")
+    """The comparison; prints and writes the table. ValueError on bad
+    options; SystemExit for a baseline that is not built, or a worker that
+    fails."""
     methods = list(dict.fromkeys(m.strip() for m in args.methods.split(",") if m.strip()))
     if not methods:
-        raise SystemExit("python -m pld bench versus: --methods names no method")
+        raise ValueError("--methods names no method")
     roots = {"current": build_root(args.current, "--current") if args.current else current_root(),
              "baseline": build_root(args.baseline)}
     tasks, prompts = _prompts(args)
