@@ -140,3 +140,15 @@ def test_host_time_refuses_a_question_file_without_documents(nothing_loads, tmp_
     data.write_text('{"question_id": 1, "category": "writing", "turns": ["Write a poem."]}\n')
     err = _refused(["host-time", "--data", str(data)], capsys)
     assert "--data: " in err and "has no summarization or rag questions" in err, err
+
+
+def test_the_notebooks_settings_name_a_bad_variable(monkeypatch):
+    from pld.bench.options import env_int
+
+    monkeypatch.delenv("PLD_NB_TEST", raising=False)
+    assert env_int("PLD_NB_TEST", 7) == 7
+    monkeypatch.setenv("PLD_NB_TEST", "12")
+    assert env_int("PLD_NB_TEST", 7) == 12
+    monkeypatch.setenv("PLD_NB_TEST", "x")
+    with pytest.raises(ValueError, match="PLD_NB_TEST: expected an integer, got 'x'"):
+        env_int("PLD_NB_TEST", 7)

@@ -18,7 +18,8 @@ Subcommands (see ``python -m pld bench --help``):
   generation
            the speedup tables: tokens/s of greedy, transformers' prompt
            lookup and pld per task (summarization, RAG, two-turn chat,
-           code editing, translation), methods alternating per prompt;
+           code editing, translation, long documents of 1k-4k tokens),
+           methods alternating per prompt;
            built-in offline prompts, Spec-Bench, or the Hub datasets.
   versus   this build against another (--baseline DIR, e.g. a worktree of
            the previous commit built in place): pld methods on both, each

@@ -44,6 +44,18 @@ def positive_float(text: str) -> float:
     return value
 
 
+def env_int(name: str, default: int) -> int:
+    """The integer in environment variable ``name`` (the notebooks' small
+    runs), ``default`` where it is unset; a ValueError naming the variable."""
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{name}: expected an integer, got {text!r}") from None
+
+
 def probability(text: str) -> float:
     """A number from 0 to 1."""
     try:
