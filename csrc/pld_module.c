@@ -1229,6 +1229,7 @@ typedef struct {
     int64_t *draft;     /* scratch for propose */
     size_t draft_cap;
     int busy;           /* set while the GIL is released over this index */
+    int in_step;        /* set while draft_rows' first pass has a row on this index */
     size_t last_ngram;  /* match size behind the last proposal (0: none) */
     int int_cache_ok;   /* made in the interpreter the int cache serves */
 } NgramIndexObject;
@@ -2336,6 +2337,45 @@ static Py_ssize_t draft_rows_follow(PyObject *states, const row_input *in, const
     return decoding;
 }
 
+/* Pass 1's last checks of row i, which passed the request check: what
+ * pass 2 would refuse after changing earlier rows is refused now, before
+ * any change. Its index is on no earlier row (nor its state: two rows
+ * extending one index would each take the other's ids); a pending draft
+ * has the candidate its outcome is filed under; its new ids fit in int64.
+ * 0, or -1 with a ValueError set. */
+static int row_fit_to_follow(DraftStateObject *st, const id_run *run, Py_ssize_t i, Py_ssize_t width,
+                             Py_ssize_t held, const row_input *in, Py_ssize_t max_len, PyObject *outcomes)
+{
+    Py_ssize_t j;
+    int64_t id;
+    if (st->index->in_step) {
+        PyErr_Format(PyExc_ValueError, "draft_rows: states[%zd]'s index is an earlier row's too", i);
+        return -1;
+    }
+    if (in->sampled == 0 || in->n >= max_len)
+        return 0; /* (pass 2 leaves the row alone) */
+    if (st->proposed > 0 && outcomes != Py_None &&
+        (st->candidate == NULL || !PyTuple_CheckExact(st->candidate) || PyTuple_GET_SIZE(st->candidate) != 4)) {
+        PyErr_Format(PyExc_ValueError, "draft_rows: states[%zd] has a draft pending and no candidate", i);
+        return -1;
+    }
+    for (j = held; j < in->n; j++)
+        if (load_id(run->data + (i * width + j) * run->itemsize, run->kind, run->itemsize, "rows", &id) < 0)
+            return -1;
+    return 0;
+}
+
+/* Clears in_step on the indexes of the first `count` states. */
+static void unmark_indexes(PyObject *states, Py_ssize_t count)
+{
+    Py_ssize_t i;
+    for (i = 0; i < count; i++) {
+        DraftStateObject *st = (DraftStateObject *)PyTuple_GET_ITEM(states, i);
+        if (st->index != NULL)
+            st->index->in_step = 0;
+    }
+}
+
 /* Reads the first `count` of the lengths (a 1-D integer buffer, `lengths`)
  * and the sampled list's sizes into in[] (nothing here allocates). */
 static int row_inputs(const id_run *lengths, PyObject *sampled, Py_ssize_t count, row_input *in)
@@ -2353,8 +2393,10 @@ static int row_inputs(const id_run *lengths, PyObject *sampled, Py_ssize_t count
     for (i = 0; i < count; i++) {
         int64_t n;
         PyObject *item = PyList_GET_ITEM(sampled, i);
-        if (load_id(lengths->data + i * lengths->itemsize, lengths->kind, lengths->itemsize, "lengths", &n) < 0)
-            return -1;
+        if (load_id(lengths->data + i * lengths->itemsize, lengths->kind, lengths->itemsize, "lengths", &n) < 0) {
+            PyErr_Clear(); /* (our own error: an unsigned length past int64, out of range as any other) */
+            n = INT64_MAX;
+        }
         in[i].n = n > PY_SSIZE_T_MAX ? PY_SSIZE_T_MAX : (Py_ssize_t)n; /* (out of range: lost) */
         in[i].sampled = PyList_CheckExact(item) ? PyList_GET_SIZE(item) : -1;
     }
@@ -2374,6 +2416,7 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
     id_run run, lengths;
     stop_ids stop;
     int slow = 0, corpus_ready, have_run = 0, have_lengths = 0, gc_was_on = 0;
+    Py_ssize_t marked = 0; /* the rows of pass 1 whose index may be marked in_step */
     (void)self;
     stop.ended = NULL;
     if (nargs != 10) {
@@ -2458,11 +2501,17 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
             Py_DECREF(row);
             continue;
         }
+        if (row_fit_to_follow(st, &run, i, width, held, &in[i], (Py_ssize_t)max_len, outcomes) < 0)
+            goto done;
+        st->index->in_step = 1;
+        marked = i + 1;
         if (in[i].sampled == 0)
             all_sampled = 0;
         else if (in[i].n < (Py_ssize_t)max_len && held < DRAFT_HEAD)
             slow = 1; /* a key still growing */
     }
+    unmark_indexes(states, marked);
+    marked = 0;
     if (slow || PyList_GET_SIZE(lost) > 0) {
         result = lost;
         lost = NULL;
@@ -2485,6 +2534,8 @@ static PyObject *py_draft_rows(PyObject *self, PyObject *const *args, Py_ssize_t
         result = Py_BuildValue("(OOOnOO)", drafts, candidates, corpus_rows, decoding,
                                all_sampled ? Py_True : Py_False, stop.ended ? stop.ended : Py_None);
 done:
+    if (marked > 0)
+        unmark_indexes(states, marked);
     if (have_run)
         PyBuffer_Release(&run.view);
     if (have_lengths)

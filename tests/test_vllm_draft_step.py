@@ -237,6 +237,59 @@ def test_a_pending_draft_without_a_candidate_is_an_error_not_a_crash():
         _core.draft_rows([state], np.array([seq + [1]], np.int32), 21, np.array([21]), [[20]], 4, 100, [], False, ())
 
 
+def _two_pending_rows(dtype=np.int64):
+    """Two rows whose states hold their first 40 ids, each with a draft
+    pending, and the step that adds each row's 41st id."""
+    rng = np.random.default_rng(0)
+    tokens = np.zeros((2, 64), dtype)
+    states, sampled = [], []
+    for i in range(2):
+        ids = rng.integers(0, 50, 41)
+        tokens[i, :41] = ids
+        state = _state(ids[:40].tolist())
+        state.proposed, state.predicted, state.candidate = 3, 1.5, (ROW, 1, 1, 3)
+        states.append(state)
+        sampled.append([int(ids[40])])
+    return states, tokens, np.array([41, 41]), sampled
+
+
+def _unchanged(states):
+    return all(s.n == 40 and s.proposed == 3 and s.support == 1 for s in states)
+
+
+@pytest.mark.parametrize("fault", ["id past int64", "no candidate", "one state twice", "one index twice"])
+def test_a_step_refused_for_one_row_changes_no_row(fault):
+    """What the second pass would refuse is refused before any row took
+    its ids, learned how its draft fared or filed an outcome."""
+    states, tokens, lengths, sampled = _two_pending_rows(np.uint64 if fault == "id past int64" else np.int64)
+    if fault == "id past int64":
+        tokens[1, 40] = np.uint64(2 ** 64 - 1)
+        sampled[1] = [2 ** 64 - 1]
+    elif fault == "no candidate":
+        states[1].candidate = None
+    else:
+        tokens[1] = tokens[0]
+        sampled[1] = sampled[0]
+        states[1] = states[0] if fault == "one state twice" else _core.DraftState(states[0].index)
+        if fault == "one index twice":
+            states[1].proposed, states[1].candidate = 3, (ROW, 1, 1, 3)
+    outcomes = []
+    with pytest.raises(ValueError, match="rows|candidate|earlier row"):
+        _core.draft_rows(states, tokens, 64, lengths, sampled, 5, 1000, outcomes, False, ())
+    assert _unchanged(states) and outcomes == []
+    states[1] = _two_pending_rows()[0][1]  # (a fit row in its place: the marks were cleared)
+    tokens[1] = _two_pending_rows()[1][1]
+    sampled[1] = _two_pending_rows()[3][1]
+    assert type(_core.draft_rows(states, tokens, 64, lengths, sampled, 5, 1000, outcomes, False, ())) is tuple
+
+
+def test_a_length_past_int64_is_a_row_to_match_in_full_not_an_error():
+    states, tokens, _, sampled = _two_pending_rows()
+    lengths = np.array([41, 2 ** 64 - 1], np.uint64)
+    assert _core.draft_rows(states, tokens, 64, lengths, sampled, 5, 1000, [], False, ()) == [1]
+    assert _unchanged(states)
+
+
 def test_send_drafts_cuts_to_the_chosen_lengths_and_leaves_the_states_waiting():
     a, b = _state([1, 2]), _state([3])
     out = _core.send_drafts([a, b, None], [[5, 6, 7], [8], None], [(ROW, 1, 1, 3), (ROW, 2, 1, 1), None],
