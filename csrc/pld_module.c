@@ -370,21 +370,24 @@ static int refuse_lazy_bits(PyObject *obj, const char *arg)
     size_t b;
     for (b = 0; b < sizeof(bits) / sizeof(bits[0]); b++) {
         PyObject *method = PyObject_GetAttrString(obj, bits[b]), *set;
-        int truth;
-        if (method == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_AttributeError))
-                return -1;
+        int truth = -1;
+        if (method == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
             PyErr_Clear();
             continue;
         }
-        set = PyObject_CallNoArgs(method);
-        Py_DECREF(method);
-        if (set == NULL)
-            return -1;
-        truth = PyObject_IsTrue(set);
-        Py_DECREF(set);
-        if (truth < 0)
-            return -1;
+        if (method != NULL) {
+            set = PyObject_CallNoArgs(method);
+            Py_DECREF(method);
+            if (set != NULL) {
+                truth = PyObject_IsTrue(set);
+                Py_DECREF(set);
+            }
+        }
+        if (truth < 0) /* (the object's own error: replaced naming the argument, kept as the cause) */
+            return error_is_replaceable(1)
+                       ? raise_from_pending(PyExc_ValueError, "%s: the %.100s's %s() failed", arg,
+                                            Py_TYPE(obj)->tp_name, bits[b])
+                       : -1;
         if (truth) {
             PyErr_Format(PyExc_TypeError,
                          "%s: the tensor's %s() bit is set (its values are not its memory's): pass "
@@ -883,6 +886,22 @@ static int parse_size(PyObject *obj, const char *arg, Py_ssize_t min, Py_ssize_t
     return 0;
 }
 
+/* obj, an int (PyLong_Check'ed by the caller: no Python code runs), as a
+ * Py_ssize_t: 0, or -1 with a ValueError naming fname and arg where it
+ * does not fit (PyLong_AsSsize_t's OverflowError replaced: ours). */
+static int ssize_in_range(PyObject *obj, const char *fname, const char *arg, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(obj);
+    if (*out == -1 && PyErr_Occurred()) {
+        if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "%s: %s is out of range, got %R", fname, arg, obj);
+        }
+        return -1;
+    }
+    return 0;
+}
+
 /* obj, an exact int (so no Python code runs) >= min, as a Py_ssize_t:
  * 0, or -1 with a TypeError/ValueError naming fname and arg. */
 static int exact_ssize(PyObject *obj, const char *fname, const char *arg, Py_ssize_t min, Py_ssize_t *out)
@@ -891,8 +910,7 @@ static int exact_ssize(PyObject *obj, const char *fname, const char *arg, Py_ssi
         PyErr_Format(PyExc_TypeError, "%s: %s must be an int, got %.100s", fname, arg, Py_TYPE(obj)->tp_name);
         return -1;
     }
-    *out = PyLong_AsSsize_t(obj);
-    if (*out == -1 && PyErr_Occurred())
+    if (ssize_in_range(obj, fname, arg, out) < 0)
         return -1;
     if (*out < min) {
         PyErr_Format(PyExc_ValueError, "%s: %s must be >= %zd, got %zd", fname, arg, min, *out);
@@ -1553,8 +1571,9 @@ static PyObject *index_tree(NgramIndexObject *self, PyObject *const *args, Py_ss
     tree_call tc;
     size_t n = 0;
     pld_status st;
-    if (index_check(self) < 0 ||
-        tree_call_parse(&tc, fname, args, nargs, kwnames, after, pld_index_max_n(self->index)) < 0)
+    /* the context's last PLD_MAX_NGRAM ids, not max_n's: a conversion may
+     * re-initialise the index with a larger max_n (any length is fine) */
+    if (index_check(self) < 0 || tree_call_parse(&tc, fname, args, nargs, kwnames, after, PLD_MAX_NGRAM) < 0)
         return NULL;
     if (index_check(self) < 0) { /* (re-initialised by a conversion) */
         tree_call_release(&tc);
@@ -1679,6 +1698,11 @@ typedef struct {
  * Call it after every conversion that can run Python code. */
 static int id_run_get(PyObject *obj, const char *arg, id_run *run)
 {
+    if (PyBytes_Check(obj) || PyByteArray_Check(obj)) { /* (their bytes would pass for uint8 ids) */
+        PyErr_Format(PyExc_TypeError, "%s: expected a C-contiguous array of integer ids, got %.100s", arg,
+                     Py_TYPE(obj)->tp_name);
+        return -1;
+    }
     if (PyObject_GetBuffer(obj, &run->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
         if (!error_is_replaceable(0))
             return -1;
@@ -1767,8 +1791,7 @@ static PyObject *NgramIndex_first_unequal(NgramIndexObject *self, PyObject *cons
                          Py_TYPE(args[1 + i])->tp_name);
             return NULL;
         }
-        v = PyLong_AsSsize_t(args[1 + i]);
-        if (v == -1 && PyErr_Occurred())
+        if (ssize_in_range(args[1 + i], "first_unequal", i == 0 ? "at" : i % 2 ? "start" : "stop", &v) < 0)
             return NULL;
         if (i == 0)
             at = v;
@@ -2604,13 +2627,17 @@ static PyObject *send_drafts(PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
         length = PyTuple_GET_ITEM(pick, 0);
-        d = PyLong_AsSsize_t(length);
-        if (d == -1 && PyErr_Occurred())
+        if (ssize_in_range(length, "send_drafts", "a chosen length", &d) < 0)
             return NULL;
         if (d == 0)
             continue;
-        if (PyFloat_AsDouble(PyTuple_GET_ITEM(pick, 1)) == -1.0 && PyErr_Occurred())
-            return NULL; /* (an int too large for a double; exact types: no Python code runs) */
+        if (PyFloat_AsDouble(PyTuple_GET_ITEM(pick, 1)) == -1.0 && PyErr_Occurred()) {
+            if (PyErr_ExceptionMatches(PyExc_OverflowError)) { /* (an int too large for a double) */
+                PyErr_Clear();
+                PyErr_Format(PyExc_ValueError, "send_drafts: chosen[%zd]'s predicted is out of range", i);
+            }
+            return NULL; /* (exact types: no Python code runs) */
+        }
         if (d < 0 || !PyObject_TypeCheck(PyList_GET_ITEM(states, i), &DraftStateType) ||
             !PyList_CheckExact(draft) || d > PyList_GET_SIZE(draft) ||
             !is_candidate(PyList_GET_ITEM(candidates, i))) {
@@ -2665,7 +2692,7 @@ static PyMemberDef DraftState_members[] = {
     {"proposed", T_PYSSIZET, offsetof(DraftStateObject, proposed), 0,
      "Tokens of the last draft vLLM has not answered (0: none)."},
     {"support", T_INT, offsetof(DraftStateObject, support), 0,
-     "Its chains' support bucket: 1 + its last drafts accepted whole in a row, at most 2."},
+     "Its chains' support bucket: 1 + its last drafts accepted whole in a row, at most 3."},
     {"predicted", T_DOUBLE, offsetof(DraftStateObject, predicted), 0,
      "Tokens the budget expected vLLM to accept of the last draft."},
     {NULL, 0, 0, 0, NULL}};

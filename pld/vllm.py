@@ -546,7 +546,7 @@ class Drafter:
         left, and its bucket (origin, n-gram, support, length); ([], None)
         if there is none (or the request's own schedule skips this step).
         A row's chain has support 1 + the request's last drafts accepted
-        whole in a row, at most 2 (the index counts no occurrences;
+        whole in a row, at most 3 (the bucket 3+; the index counts no occurrences;
         acceptance runs in streaks: a copy under way)."""
         options = self.options
         want = options.max_model_len - n

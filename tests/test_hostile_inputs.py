@@ -850,3 +850,85 @@ seq = {}
 for i in range(8): build(i, seq)
 assert par == seq
 """, timeout=300)
+
+
+# ------------------------------------------- errors that name their argument
+@pytest.mark.parametrize("name, call, message", [
+    ("draft_rows width", lambda C, ix, st, r: C.draft_rows([st], r, 2 ** 70, np.array([41]), [[40]], 5, 100, None,
+                                                           False, ()), "draft_rows: width is out of range"),
+    ("follow at", lambda C, ix, st, r: ix.follow(r, 2 ** 64, 50, 1), "follow: at is out of range"),
+    ("seems limit", lambda C, ix, st, r: st.seems(r, 0, 2 ** 64), "seems: limit is out of range"),
+    ("first_unequal stop", lambda C, ix, st, r: ix.first_unequal(r, 0, 0, 2 ** 64),
+     "first_unequal: stop is out of range"),
+    ("send_drafts length", lambda C, ix, st, r: C.send_drafts([st], [[1, 2]], [(0, 1, 1, 2)], [(2 ** 70, 1.0)]),
+     "send_drafts: a chosen length is out of range"),
+    ("send_drafts predicted", lambda C, ix, st, r: C.send_drafts([st], [[1, 2]], [(0, 1, 1, 2)], [(2, 10 ** 400)]),
+     "send_drafts: chosen\\[0\\]'s predicted is out of range"),
+])
+def test_an_int_out_of_range_is_a_value_error_naming_it(name, call, message):
+    """Not PyLong_AsSsize_t's bare OverflowError."""
+    ix = _core.NgramIndex()
+    ix.extend(list(range(40)))
+    st = _core.DraftState(ix)
+    with pytest.raises(ValueError, match=message):
+        call(_core, ix, st, np.arange(100))
+    assert len(ix) == 40 and st.proposed == 0
+
+
+class _LazyBits:
+    """A DLPack producer whose is_neg() fails (or returns what has no truth)."""
+
+    def __init__(self, neg):
+        self.neg = neg
+
+    def __dlpack__(self, *args, **kwargs):
+        return np.arange(3).__dlpack__()
+
+    def is_neg(self):
+        return self.neg()
+
+
+class _NoTruth:
+    def __bool__(self):
+        raise ValueError("no truth")
+
+
+def _fails():
+    raise TypeError("is_neg failed")
+
+
+@pytest.mark.parametrize("neg", [_fails, _NoTruth], ids=["raises", "no truth"])
+def test_an_error_from_a_tensors_is_neg_names_the_argument_and_keeps_its_cause(neg):
+    for call in (lambda o: _core.NgramIndex().extend(o), lambda o: _core.Corpus(100).add(o)):
+        with pytest.raises(ValueError, match="tokens: the _LazyBits's is_neg\\(\\) failed") as caught:
+            call(_LazyBits(neg))
+        assert caught.value.__cause__ is not None
+
+
+@pytest.mark.parametrize("rows", [b"abcabc", bytearray(b"abcabc")], ids=["bytes", "bytearray"])
+def test_rows_of_bytes_are_refused_as_token_input_is(rows):
+    """Their bytes would pass for uint8 ids (97, 98, ...)."""
+    index = _core.NgramIndex()
+    with pytest.raises(TypeError, match="rows: expected a C-contiguous array of integer ids, got byte"):
+        index.follow(rows, 0, 6, 2)
+    with pytest.raises(TypeError, match="rows"):
+        index.first_unequal(rows, 0, 0, 6)
+    with pytest.raises(TypeError, match="rows"):
+        _core.DraftState(index).seems(rows, 0, 6)
+    assert len(index) == 0
+
+
+def test_a_context_read_after_its_index_grew_its_ngrams_keeps_enough_ids():
+    """A conversion re-initialises the index with larger n-grams: the tree is
+    the one the same call gives afterwards, not one looked up on fewer ids."""
+    seq = [4, 9, 9, 1, 2, 3, 7, 4, 5, 5]  # the 1-gram (4,) first gives 9; the 2-gram (7, 4) gives 5
+    index = _core.NgramIndex(1, 1, "first", seed=0)
+    index.extend(seq)
+
+    class Context(list):
+        def __iter__(self):
+            index.__init__(2, 1, "first", seed=0)
+            index.extend(seq)
+            return super().__iter__()
+
+    assert index.propose_tree_after(Context([7, 4]), 2) == index.propose_tree_after([7, 4], 2)
