@@ -30,7 +30,9 @@
  *     MemoryError and the rest pass through unchanged.
  *   - The GIL is released over long loops only on memory nobody else can
  *     free meanwhile: the binding's own copies and buffer exports (an
- *     exporter keeps the memory until the view is released). A DLPack view
+ *     exporter keeps the memory until the view is released; NumPy's unsafe
+ *     resize(refcheck=False) does not, and is the caller's, as with any
+ *     reader of the buffer). A DLPack view
  *     is read with the GIL held, which is all the binding can do: torch's
  *     resize_() and set_() run without the GIL, so a caller's thread that
  *     resizes a tensor while pld reads it frees memory under the read, as
