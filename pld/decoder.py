@@ -334,7 +334,8 @@ class Decoder:
             keep, stop = room, True
         row.write(w.tokens[:keep])
         for j in range(keep if self.criteria else 0):
-            scores = w.processed[j] if j < len(w.processed) else None
+            # (generate()'s scores: every new token's processed scores so far, kept only with output_scores)
+            scores = None if row.scores is None else tuple(row.scores) + tuple(w.processed[:j + 1])
             if _should_stop(self.criteria, row.ids(j + 1), scores):
                 return j + 1, True
         return keep, stop
@@ -454,9 +455,12 @@ def _link_siblings(rows: List[Row], input_ids: torch.Tensor, mask: Optional[torc
             row.siblings = [s for s in group if s is not row]
 
 
-def _should_stop(criteria: Sequence[Any], ids: torch.Tensor, scores: Optional[torch.Tensor]) -> bool:
+def _should_stop(criteria: Sequence[Any], ids: torch.Tensor, scores: Optional[Tuple[torch.Tensor, ...]]) -> bool:
+    """Whether any criterion says stop; every one is called, as
+    transformers' StoppingCriteriaList calls them (a criterion may count
+    its calls)."""
+    stop = False
     for c in criteria:
         done = c(ids, scores)
-        if bool(done.any() if isinstance(done, torch.Tensor) else done):
-            return True
-    return False
+        stop = bool(done.any() if isinstance(done, torch.Tensor) else done) or stop
+    return stop

@@ -50,6 +50,14 @@ _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosT
 # Why a call with the caller's own position_ids goes to plain decoding.
 _OWN_POSITIONS = "position_ids other than the attention mask's"
 _PER_TOKEN_OUTPUTS = "output_attentions/output_hidden_states"
+# Calls transformers' assisted decoding serves wrongly or refuses (found by
+# a differential audit): no cache (it refuses), a cache that already holds
+# tokens (5.24: other tokens), inputs beyond the ids and their mask
+# (inputs_embeds: other tokens on 5.0 and 5.24, an error on 4.57). They go
+# to plain decoding, as the reasons below that name them.
+_NO_CACHE = "use_cache=False"
+_CACHE_HOLDS_TOKENS = "the cache already holds tokens"
+_MODEL_INPUTS = "model inputs"
 # transformers' criteria that decide each row on its own tokens (stop
 # strings) or all rows alike (time), so the loop may apply them row by row
 # in a batch (where an eos id pads a stopped row, as generate() does).
@@ -111,17 +119,17 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
         return _PER_TOKEN_OUTPUTS
     extra = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _NATIVE_MODEL_KWARGS)
     if extra:
-        return f"model inputs {extra}"
+        return f"{_MODEL_INPUTS} {extra}"
     cache = _generate_cache(model_kwargs)
     if cache is None:
         if config.use_cache is False:
-            return "use_cache=False"
+            return _NO_CACHE
         # (transformers 5.0.0 makes no cache for assisted decoding: the model makes its own
         # DynamicCache, as the loop does)
     elif not hasattr(cache, "get_seq_length"):
         return f"cache {type(cache).__name__} is not a transformers Cache"
     elif cache.get_seq_length() != 0:
-        return "the cache already holds tokens"
+        return _CACHE_HOLDS_TOKENS
     mask = model_kwargs.get("attention_mask")
     if mask is not None and mask.shape != input_ids.shape:
         return "attention_mask does not match input_ids"
@@ -281,11 +289,13 @@ def _needs_plain_decoding(model: Any, input_ids: torch.Tensor, reason: str) -> b
     """Whether a call the loop cannot serve (for ``reason``) is one that
     transformers' assisted decoding cannot serve exactly either: a batch
     (it takes one row), the caller's own positions (4.57 drops them),
-    attentions or hidden states asked for (its sdpa path fails on them),
-    or a decoder-only model the loop refuses (stateful, no KV cache, a
-    cache that cannot be cropped, a verification forward that is wrong:
-    assisted decoding needs the same)."""
-    if input_ids.shape[0] > 1 or reason in (_OWN_POSITIONS, _PER_TOKEN_OUTPUTS):
+    attentions or hidden states asked for (its sdpa path fails on them), no
+    cache, a cache holding tokens, inputs beyond the ids and mask (see
+    _NO_CACHE), or a decoder-only model the loop refuses (stateful, no KV
+    cache, a cache that cannot be cropped, a verification forward that is
+    wrong: assisted decoding needs the same)."""
+    if input_ids.shape[0] > 1 or reason in (_OWN_POSITIONS, _PER_TOKEN_OUTPUTS, _NO_CACHE, _CACHE_HOLDS_TOKENS) \
+            or reason.startswith(_MODEL_INPUTS):
         return True
     return cache_blocker(model) is not None and not getattr(model.config, "is_encoder_decoder", False)
 

@@ -6,6 +6,7 @@ plain model.generate (no prompt lookup), in float32: the same tokens.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -184,3 +185,89 @@ def test_a_batch_of_stateless_processors_stays_in_the_loop(caplog):
         plain, ours = _both(model, ids, lambda: _greedy_kw(attention_mask=mask, repetition_penalty=1.3,
                                                             no_repeat_ngram_size=3))
     assert isinstance(plain, list) and ours == plain and not [r for r in caplog.records if r.name == "pld"]
+
+
+class _StopAfterScores:
+    """Stops once generate()'s scores hold n tokens' (None without
+    output_scores); counts its calls."""
+
+    def __init__(self, n):
+        self.n, self.calls, self.seen = n, 0, []
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        self.calls += 1
+        self.seen.append(None if scores is None else (type(scores).__name__, len(scores), tuple(scores[-1].shape)))
+        return torch.full((input_ids.shape[0],), scores is not None and len(scores) >= self.n, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("output_scores", [True, False])
+def test_a_criterion_gets_generates_scores_and_every_criterion_is_called(output_scores):
+    """generate() hands a criterion its running tuple of every new token's
+    processed scores (None without output_scores), and calls every
+    criterion at every token (one may count its calls) even after another
+    said stop. transformers' own ConfidenceCriteria reads scores[-1][0, t]."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    ids = torch.tensor([PROMPTS[0]])
+    runs = []
+    for on in (False, True):
+        first, second = _StopAfterScores(3), _StopAfterScores(10 ** 6)
+        kw = _greedy_kw(stopping_criteria=StoppingCriteriaList([first, second]), return_dict_in_generate=True,
+                        output_scores=output_scores)
+        with torch.no_grad(), (pld.enabled() if on else contextlib.nullcontext()):
+            out = model.generate(ids, **({"prompt_lookup_num_tokens": 4} if on else {}), **kw)
+        runs.append((out.sequences[:, ids.shape[1]:].tolist(), first.seen, first.calls, second.calls))
+    assert runs[1] == runs[0]
+    assert len(runs[0][0][0]) == (3 if output_scores else 16)
+    assert runs[0][2] == runs[0][3]  # (both called at every token)
+
+
+def test_a_cache_holding_tokens_gets_plain_decodings_tokens(caplog):
+    """A second turn over the first's cache: transformers' assisted decoding
+    (5.24) gives other tokens, so the call goes to plain decoding."""
+    import torch
+
+    import pld
+
+    model = mf.sharp_model("llama")
+    ids = torch.tensor([PROMPTS[0]])
+    outs = []
+    for on in (False, True):
+        with torch.no_grad():
+            first = model.generate(ids, **_greedy_kw(max_new_tokens=6, return_dict_in_generate=True))
+            cache = first.past_key_values if getattr(first, "past_key_values", None) is not None else first.cache
+            turn = torch.cat([first.sequences, torch.tensor([PROMPTS[1]])], dim=1)
+            with caplog.at_level(logging.WARNING, logger="pld"), \
+                    (pld.enabled() if on else contextlib.nullcontext()):
+                out = model.generate(turn, past_key_values=cache, **_greedy_kw(),
+                                     **({"prompt_lookup_num_tokens": 4} if on else {}))
+        outs.append(out[:, turn.shape[1]:].tolist())
+    assert outs[1] == outs[0]
+    assert "without prompt lookup (the cache already holds tokens)" in caplog.text
+
+
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_inputs_embeds_get_plain_decodings_tokens(with_ids, caplog):
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    ids = torch.tensor([PROMPTS[0]])
+    embeds = model.get_input_embeddings()(ids)
+    args = (ids,) if with_ids else ()
+    outs = []
+    for on in (False, True):
+        with torch.no_grad(), caplog.at_level(logging.WARNING, logger="pld"), \
+                (pld.enabled() if on else contextlib.nullcontext()):
+            out = model.generate(*args, inputs_embeds=embeds, **_greedy_kw(),
+                                 **({"prompt_lookup_num_tokens": 4} if on else {}))
+        outs.append(out[:, -16:].tolist())
+    assert outs[1] == outs[0]
+    assert "without prompt lookup (model inputs ['inputs_embeds'])" in caplog.text
