@@ -60,7 +60,6 @@ from __future__ import annotations
 import array
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import math
@@ -92,6 +91,8 @@ _DIGEST = hashlib.sha256().digest_size
 _MAX_HEADER = 1 << 20
 _MAX_FILE = _PREFIX.size + _MAX_HEADER + 12 * _core.CORPUS_MAX_TOKENS + _DIGEST
 _BIG_ENDIAN = sys.byteorder == "big"
+#: The largest evicted count a file holds (a uint64); the count stops there.
+_MAX_EVICTED = (1 << 64) - 1
 #: The trials a bucket of :meth:`Corpus.acceptance` keeps: past it, the
 #: older evidence is scaled down, so the trust follows a changing corpus.
 TRUST_WINDOW = 1000.0
@@ -259,7 +260,11 @@ class Corpus:
     def sequences(self) -> List[List[int]]:
         """Every sequence held, oldest first (one consistent snapshot)."""
         tokens, lengths, _ = self._snapshot()
-        return [tokens[a:b].tolist() for a, b in _spans(lengths)]
+        out, at = [], 0
+        for n in lengths:
+            out.append(tokens[at:at + n].tolist())
+            at += n
+        return out
 
     def clear(self) -> None:
         """Drop every sequence (they do not count as evicted); the settings,
@@ -316,7 +321,7 @@ class Corpus:
         the corpus a loaded one was saved from included)."""
         with self._lock:
             base = self._evicted_base
-        return base + self._core.evicted
+        return min(base + self._core.evicted, _MAX_EVICTED)
 
     @property
     def nbytes(self) -> int:
@@ -363,7 +368,7 @@ class Corpus:
         """Check the corpus against a model: ``vocab_size`` ids, and
         ``signature`` (e.g. (vocab_size, bos, eos, pad) from the model's
         config). The first call records them; a later one with another
-        signature raises ValueError (another tokenizer?), and every call
+        signature or vocab_size raises ValueError (another tokenizer?), and every call
         raises ValueError if an id held is >= vocab_size. Once bound, the
         corpus refuses to add ids >= the first vocab_size. Ids alone cannot
         tell apart two tokenizers with the same vocabulary size and special
@@ -375,6 +380,9 @@ class Corpus:
                 raise ValueError(f"corpus: built for a model with signature {self._signature!r} "
                                  f"(vocab_size {self._vocab_size}), used with {signature!r} "
                                  f"(vocab_size {vocab_size}): another tokenizer?")
+            if self._signature is not None and vocab_size != self._vocab_size:
+                raise ValueError(f"corpus: bound to a vocabulary of {self._vocab_size} ids, used with "
+                                 f"{vocab_size}: another tokenizer?")
             # (the first binding also makes every later add refuse ids >= vocab_size)
             top = self._core._bind_vocab(vocab_size, self._signature is None)
             if top >= 0:
@@ -411,14 +419,14 @@ class Corpus:
 
     def save(self, path: Any) -> None:
         """Write the corpus to ``path`` (format: the module's docstring),
-        atomically: a temporary file in the same folder, then os.replace.
+        atomically: a temporary file in the same folder, then os.replace
+        (``path`` a link: the file it names is replaced, the link stays).
         The file keeps the mode of the one it replaces; a new one gets the
-        umask's (0644 under the usual 022). ValueError naming ``path`` if
+        umask's (0644 under the usual 022). ``path``: a str, bytes or
+        os.PathLike. ValueError naming ``path`` if
         something other than a regular file is there (a folder, a FIFO, a
         device: os.replace would put the corpus in its place)."""
-        path = os.fspath(path)
-        if ("\0" if isinstance(path, str) else b"\0") in path:
-            raise ValueError(f"path: a file path holds no NUL character, got {path!r}")
+        path = _file_path(path)
         if os.path.exists(path) and not os.path.isfile(path):
             raise ValueError(f"path: {path!r} is not a regular file: a save would replace it")
         with self._lock:
@@ -429,7 +437,7 @@ class Corpus:
                 "max_tokens": self.max_tokens, "min_ngram": self.min_ngram_size,
                 "max_ngram": self.max_ngram_size, "segments": self.segments,
                 "n_sequences": len(lengths), "n_tokens": len(tokens),
-                "segments_used": None, "evicted": self._evicted_base + evicted,
+                "segments_used": None, "evicted": min(self._evicted_base + evicted, _MAX_EVICTED),
                 "vocab_size": self._vocab_size, "signature": self._signature,
                 "fingerprint": self._fingerprint,
                 "trust": {"layout": list(LAYOUT),
@@ -444,20 +452,23 @@ class Corpus:
                  _pack(tokens, header["token_bytes"], signed=True)]
         for p in parts:
             digest.update(p)
-        folder, name = os.path.split(os.path.abspath(path))
-        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.{secrets.token_hex(4)}.tmp")
+        # (a link is followed: the file it names gets the corpus, the link stays)
+        folder = os.path.dirname(os.path.realpath(path))
+        target = os.path.join(folder, os.path.basename(os.path.realpath(path)))
+        # (a name of its own length: one near the file system's limit still saves)
+        tmp = os.path.join(folder, f".pld-corpus-{secrets.token_hex(8)}.tmp")
         # created 0666 less the umask, as any new file; one it replaces keeps its mode
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
                 with contextlib.suppress(FileNotFoundError):
-                    shutil.copymode(path, tmp)
+                    shutil.copymode(target, tmp)
                 for p in parts:
                     f.write(p)
                 f.write(digest.digest())
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            os.replace(tmp, target)
         except BaseException:
             try:
                 os.unlink(tmp)
@@ -473,25 +484,23 @@ class Corpus:
         magic or version, a bad checksum, a truncated file, sizes that do
         not add up, negative ids, settings or lengths beyond the limits, a
         header nested deeper than any save writes, something that is not a
-        regular file (a device, a pipe: refused before it is read). Nothing
-        is read or allocated beyond the largest file the format allows.
+        regular file (a device, a pipe: refused before it is read), a read
+        that fails. Nothing is read or allocated before the header's sizes
+        match the file's.
         ``seed``: the key of the n-gram hashes, as for the constructor
         (``hash_seed``, its old name, still works for one release)."""
-        path = os.fspath(path)
+        path = _file_path(path)
 
         def bad(what: str) -> ValueError:
             return ValueError(f"corpus file {path!r}: {what}")
 
-        data = _read_regular_file(path, _MAX_FILE, bad)
-        header, body = _read_header(data, bad)
-        f = _FileSettings.of(header, bad)
-        lengths, tokens = _read_sequences(data, body, f, bad)
-        del data
+        header, f, lengths, tokens = _read_file(path, bad)
         corpus = cls(f.max_tokens, min_ngram_size=f.min_ngram, max_ngram_size=f.max_ngram,
                      segments=f.segments, fingerprint=f.fingerprint, seed=seed)
-        view = memoryview(tokens)
-        for a, b in _spans(lengths):
-            corpus._core.add(view[a:b])
+        view, at = memoryview(tokens), 0
+        for n in lengths:
+            corpus._core.add(view[at:at + n])
+            at += n
         if (len(corpus) != f.n_tokens or corpus.num_sequences != f.n_sequences
                 or corpus._core.segments_used != f.segments_used):
             raise bad("the sequences do not fit the corpus's bounds")
@@ -518,14 +527,10 @@ def _check_prefix(data: bytes, size: int, bad: Callable[[str], ValueError]) -> i
     return hlen
 
 
-def _read_header(data: bytes, bad: Callable[[str], ValueError]) -> Tuple[dict, int]:
-    """A corpus file's JSON header, and where its body starts, after the
-    magic, the version, the lengths and the checksum are checked."""
-    hlen = _check_prefix(data, len(data), bad)
-    if hashlib.sha256(memoryview(data)[:-_DIGEST]).digest() != data[-_DIGEST:]:
-        raise bad("checksum mismatch: the file is corrupt or truncated")
+def _parse_header(head: bytes, bad: Callable[[str], ValueError]) -> dict:
+    """A corpus file's JSON header (``head``: its bytes) as a dict."""
     try:
-        text = data[_PREFIX.size:_PREFIX.size + hlen].decode("utf-8")
+        text = head.decode("utf-8")
     except UnicodeDecodeError as e:
         raise bad(f"unreadable header ({e})") from None
     if _json_depth(text) > _MAX_HEADER_DEPTH:
@@ -536,7 +541,7 @@ def _read_header(data: bytes, bad: Callable[[str], ValueError]) -> Tuple[dict, i
         raise bad(f"unreadable header ({type(e).__name__}: {str(e)[:200]})") from None
     if not isinstance(header, dict):
         raise bad("the header is not a JSON object")
-    return header, _PREFIX.size + hlen
+    return header
 
 
 @dataclass(frozen=True)
@@ -578,7 +583,7 @@ class _FileSettings:
         if tb not in (4, 8):
             raise bad(f"token_bytes must be 4 or 8, got {tb}")
         used = number("segments_used", 0, segments)
-        evicted = number("evicted", 0, (1 << 64) - 1)
+        evicted = number("evicted", 0, _MAX_EVICTED)
         vocab = None if header.get("vocab_size") is None else number("vocab_size", 1, (1 << 63) - 1)
         try:
             sig = None if header.get("signature") is None else _signature(header["signature"])
@@ -592,21 +597,10 @@ class _FileSettings:
         return cls(max_tokens, min_ngram, max_ngram, segments, n_seq, n_tok, tb, used, evicted, vocab, sig, fp)
 
 
-def _read_sequences(data: bytes, body: int, f: _FileSettings,
-                    bad: Callable[[str], ValueError]) -> Tuple[array.array, array.array]:
-    """The body's sequence lengths and tokens, checked against the header."""
-    size, n_seq, n_tok, tb = len(data), f.n_sequences, f.n_tokens, f.token_bytes
-    want = body + 4 * n_seq + tb * n_tok + _DIGEST
-    if want != size:
-        raise bad(f"sizes do not add up: the header says {n_seq} sequences and {n_tok} "
-                  f"tokens of {tb} bytes ({want} bytes in all), the file has {size}")
-    lengths = array.array(_typecode(4, signed=False))
-    lengths.frombytes(data[body:body + 4 * n_seq])
-    tokens = array.array(_typecode(tb, signed=True))
-    tokens.frombytes(data[body + 4 * n_seq:size - _DIGEST])
-    if _BIG_ENDIAN:
-        lengths.byteswap()
-        tokens.byteswap()
+def _check_sequences(lengths: array.array, tokens: array.array, f: "_FileSettings",
+                     bad: Callable[[str], ValueError]) -> None:
+    """Check a file's sequence lengths and token ids against its header."""
+    n_tok = f.n_tokens
     if any(n < 1 or n > f.max_tokens for n in lengths):
         raise bad("a sequence length is 0 or beyond max_tokens")
     if sum(lengths) != n_tok:
@@ -617,7 +611,6 @@ def _read_sequences(data: bytes, body: int, f: _FileSettings,
         raise bad(f"token id {_max(tokens)} is beyond the vocabulary of {f.vocab} ids it is bound to")
     if _segments_used(lengths, f.max_tokens, f.segments) != f.segments_used:
         raise bad("the sequences do not make the segments the header says")
-    return lengths, tokens
 
 
 def _count(v: Any) -> Optional[float]:
@@ -708,12 +701,28 @@ def _json_depth(text: str) -> int:
     return deepest
 
 
-def _read_regular_file(path: str, limit: int, bad) -> bytes:
-    """The bytes of the regular file ``path``, at most ``limit`` of them:
-    ValueError via ``bad`` for a device, a pipe or a directory (opened
-    without blocking, checked before any read), for a larger file, and
-    for one whose first bytes are not a corpus file's (checked before the
-    rest is read: a large file of another kind costs no memory)."""
+def _file_path(path: Any) -> str:
+    """``path`` (a str, bytes or os.PathLike) as a str; TypeError or
+    ValueError naming ``path`` for anything else, or a NUL in it."""
+    try:
+        path = os.fsdecode(os.fspath(path))
+    except TypeError:
+        raise TypeError(f"path: expected a str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if not path or "\0" in path:
+        raise ValueError(f"path: expected a file path (not empty, no NUL character), got {path!r}")
+    return path
+
+
+def _read_file(path: str, bad: Callable[[str], ValueError]
+               ) -> Tuple[dict, "_FileSettings", array.array, array.array]:
+    """A corpus file's header, its settings, its sequence lengths and its
+    token ids, each checked: ValueError via ``bad`` for a device, a pipe
+    or a directory (opened without blocking, checked before any read), for
+    a file larger than the format allows, for a header that is not a
+    corpus file's, for a size other than the header says (checked before
+    the body is read: a large file of another kind costs no memory), for a
+    checksum that does not match, and for anything the header and body
+    disagree on; also for a file that cannot be read."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags)
     try:
@@ -724,21 +733,49 @@ def _read_regular_file(path: str, limit: int, bad) -> bytes:
     except BaseException:
         os.close(fd)
         raise
+    size = info.st_size
     with f:
-        if info.st_size > limit:
-            raise bad(f"{info.st_size} bytes, more than any corpus file can hold")
-        _check_prefix(f.read(_PREFIX.size), info.st_size, bad)
-        f.seek(0)
-        data = f.read(info.st_size + 1)  # bounded: one byte more tells a file that grew
-    if len(data) != info.st_size:
-        raise bad(f"read {len(data)} bytes where the file had {info.st_size}: changed while read?")
+        if size > _MAX_FILE:
+            raise bad(f"{size} bytes, more than any corpus file can hold")
+        if size < _PREFIX.size + _DIGEST:
+            raise bad(f"truncated: {size} bytes")
+        prefix = _read_exactly(f, _PREFIX.size, bad)
+        hlen = _check_prefix(prefix, size, bad)
+        head = _read_exactly(f, hlen, bad)
+        header = _parse_header(head, bad)
+        settings = _FileSettings.of(header, bad)
+        n_seq, n_tok, tb = settings.n_sequences, settings.n_tokens, settings.token_bytes
+        want = _PREFIX.size + hlen + 4 * n_seq + tb * n_tok + _DIGEST
+        if want != size:
+            raise bad(f"sizes do not add up: the header says {n_seq} sequences and {n_tok} tokens of "
+                      f"{tb} bytes ({want} bytes in all), the file has {size}: truncated or corrupt?")
+        lengths = array.array(_typecode(4, signed=False), _read_exactly(f, 4 * n_seq, bad))
+        tokens = array.array(_typecode(tb, signed=True), _read_exactly(f, tb * n_tok, bad))
+        digest = _read_exactly(f, _DIGEST, bad)
+        if f.read(1):
+            raise bad(f"longer than the {size} bytes it had when opened: changed while read?")
+    check = hashlib.sha256(prefix)
+    for part in (head, lengths, tokens):
+        check.update(part)
+    if check.digest() != digest:
+        raise bad("checksum mismatch: the file is corrupt or truncated")
+    if _BIG_ENDIAN:
+        lengths.byteswap()
+        tokens.byteswap()
+    _check_sequences(lengths, tokens, settings, bad)
+    return header, settings, lengths, tokens
+
+
+def _read_exactly(f: Any, n: int, bad: Callable[[str], ValueError]) -> bytes:
+    """The next ``n`` bytes of ``f``: ValueError via ``bad`` if it ends
+    first (the file shrank while read) or cannot be read."""
+    try:
+        data = f.read(n)
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror or e})") from e
+    if len(data) != n:
+        raise bad(f"ended {n - len(data)} bytes early: changed while read?")
     return data
-
-
-def _spans(lengths: Any) -> List[Tuple[int, int]]:
-    """(start, end) of each sequence in the tokens laid end to end."""
-    ends = list(itertools.accumulate(lengths))
-    return list(zip([0] + ends[:-1], ends))
 
 
 def _typecode(size: int, signed: bool) -> str:

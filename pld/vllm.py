@@ -171,8 +171,8 @@ def _finite(value: Any) -> Optional[float]:
 def _check_writable(name: str, path: str) -> None:
     """A file can be written at ``path`` (checked at start, not first
     found at a save): not a folder, in a folder that exists and takes new
-    files."""
-    folder = os.path.dirname(os.path.abspath(path))
+    files (a link's: a save writes the file it names)."""
+    folder = os.path.dirname(os.path.realpath(path))
     if os.path.isdir(path):
         raise ValueError(f"additional_config['pld']['{name}']: {path!r} is a folder, not a file path")
     if os.path.exists(path) and not os.path.isfile(path):

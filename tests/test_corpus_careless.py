@@ -214,6 +214,98 @@ def test_save_keeps_the_mode_a_user_expects(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
+def test_a_large_file_with_a_small_header_is_refused_before_its_body_is_read(tmp_path):
+    """A file far larger than its header says (a sparse 256 MiB one) is
+    refused from its size, not read into memory first."""
+    import tracemalloc
+
+    path = _file(tmp_path)
+    with open(path, "r+b") as f:
+        f.truncate(256 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"c\.pldc.*sizes do not add up"):
+            Corpus.load(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+
+
+def test_a_file_that_cannot_be_read_is_a_value_error_naming_it(tmp_path, monkeypatch):
+    """A read that fails (EIO: a bad disk, a file system gone) names the file."""
+    import errno
+    import io
+
+    path = _file(tmp_path)
+
+    class Failing(io.BufferedReader):
+        def read(self, n=-1):
+            raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(corpus_module.os, "fdopen", lambda fd, mode: Failing(io.FileIO(fd, "r")))
+    with pytest.raises(ValueError, match=r"c\.pldc.*cannot be read \(Input/output error\)"):
+        Corpus.load(path)
+
+
+@pytest.mark.parametrize("method", ["save", "load"])
+def test_a_path_with_a_nul_is_a_value_error_naming_path(tmp_path, method):
+    c = Corpus(10)
+    call = c.save if method == "save" else Corpus.load
+    for bad in (str(tmp_path / "a\0b"), os.fsencode(tmp_path / "a\0b")):
+        with pytest.raises(ValueError, match="path: expected a file path"):
+            call(bad)
+    with pytest.raises(TypeError, match="path: expected a str, bytes or os.PathLike"):
+        call(3)
+
+
+def test_a_bytes_path_saves_and_loads(tmp_path):
+    c = Corpus(10)
+    c.add([1, 2, 3])
+    c.save(os.fsencode(tmp_path / "c"))
+    assert Corpus.load(os.fsencode(tmp_path / "c")).sequences() == [[1, 2, 3]]
+
+
+def test_a_save_through_a_link_writes_the_file_it_names(tmp_path):
+    old, new = Corpus(10), Corpus(10)
+    old.add([1, 2])
+    new.add([3, 4])
+    old.save(tmp_path / "real")
+    os.symlink("real", tmp_path / "link")
+    new.save(tmp_path / "link")
+    assert os.path.islink(tmp_path / "link")
+    assert Corpus.load(tmp_path / "real").sequences() == [[3, 4]]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_file_name_near_the_file_systems_limit_saves(tmp_path):
+    c = Corpus(10)
+    c.add([1, 2])
+    name = "c" * (os.pathconf(tmp_path, "PC_NAME_MAX") if hasattr(os, "pathconf") else 255)
+    c.save(tmp_path / name)
+    assert Corpus.load(tmp_path / name).sequences() == [[1, 2]]
+
+
+def test_the_evicted_count_stops_at_what_a_file_holds(tmp_path):
+    """A file whose count is at the uint64 limit loads, evicts more and
+    saves a file that loads again (the count stays at the limit)."""
+    path = _file(tmp_path, {"evicted": 2 ** 64 - 1, "max_tokens": 4, "segments": 2})
+    c = Corpus.load(path)
+    for i in range(5):
+        c.add([i, i])  # (each add past 4 tokens evicts the older segment)
+    assert c.evicted == 2 ** 64 - 1
+    c.save(path)
+    assert Corpus.load(path).evicted == 2 ** 64 - 1
+
+
+def test_a_bound_corpus_refuses_another_vocabulary_size_even_with_its_signature():
+    c = Corpus(10)
+    c.bind(10, ("sig",))
+    with pytest.raises(ValueError, match="bound to a vocabulary of 10 ids, used with 50"):
+        c.bind(50, ("sig",))
+    c.bind(10, ("sig",))
+
+
 # ------------------------------------------------------------ the locks
 
 def test_caller_code_in_learns_counts_runs_before_the_lock():
