@@ -10,9 +10,12 @@ enable() swaps three things and disable() puts them back:
   (pld.candidate_generator);
 - ``GenerationMixin._assisted_decoding``, which generate() looks up on the
   model's class: the replacement serves prompt lookup natively; a call it
-  cannot serve exactly goes, with one warning, to transformers' plain
-  decoding (``_sample``) where transformers' assisted decoding could not
-  serve it either (:func:`_needs_plain_decoding`), else to the original;
+  cannot serve goes, with one warning, to transformers' assisted decoding
+  (the original, drafting with pld's candidate generator) where that is
+  exact (:func:`_assisted_decoding_serves`: an encoder-decoder model's
+  single row, nothing it was found to get wrong), else to transformers'
+  plain decoding (``_sample``): the tokens of generate() without prompt
+  lookup;
 - ``GenerationMixin._validate_generation_mode``, so a prompt-lookup call
   may ask for num_return_sequences > 1, and a stateful model's reaches
   the replacement (which decodes it plainly).
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import inspect
 import logging
 from typing import Any, Iterator, Optional, Tuple
@@ -47,17 +51,6 @@ _OUTPUT_CACHE = ("cache" if "cache" in getattr(_gen_utils.GenerateDecoderOnlyOut
                  else "past_key_values")
 # Stopping criteria the loop applies itself (eos and the length budget).
 _NATIVE_CRITERIA = frozenset({"MaxLengthCriteria", "MaxNewTokensCriteria", "EosTokenCriteria"})
-# Why a call with the caller's own position_ids goes to plain decoding.
-_OWN_POSITIONS = "position_ids other than the attention mask's"
-_PER_TOKEN_OUTPUTS = "output_attentions/output_hidden_states"
-# Calls transformers' assisted decoding serves wrongly or refuses (found by
-# a differential audit): no cache (it refuses), a cache that already holds
-# tokens (5.24: other tokens), inputs beyond the ids and their mask
-# (inputs_embeds: other tokens on 5.0 and 5.24, an error on 4.57). They go
-# to plain decoding, as the reasons below that name them.
-_NO_CACHE = "use_cache=False"
-_CACHE_HOLDS_TOKENS = "the cache already holds tokens"
-_MODEL_INPUTS = "model inputs"
 # transformers' criteria that decide each row on its own tokens (stop
 # strings) or all rows alike (time), so the loop may apply them row by row
 # in a batch (where an eos id pads a stopped row, as generate() does).
@@ -116,20 +109,20 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     if args.get("synced_gpus"):
         return "synced_gpus"
     if config.output_attentions or config.output_hidden_states:
-        return _PER_TOKEN_OUTPUTS
+        return "output_attentions/output_hidden_states"
     extra = sorted(k for k, v in model_kwargs.items() if v is not None and k not in _NATIVE_MODEL_KWARGS)
     if extra:
-        return f"{_MODEL_INPUTS} {extra}"
+        return f"model inputs {extra}"
     cache = _generate_cache(model_kwargs)
     if cache is None:
         if config.use_cache is False:
-            return _NO_CACHE
+            return "use_cache=False"
         # (transformers 5.0.0 makes no cache for assisted decoding: the model makes its own
         # DynamicCache, as the loop does)
     elif not hasattr(cache, "get_seq_length"):
         return f"cache {type(cache).__name__} is not a transformers Cache"
     elif cache.get_seq_length() != 0:
-        return _CACHE_HOLDS_TOKENS
+        return "the cache already holds tokens"
     mask = model_kwargs.get("attention_mask")
     if mask is not None and mask.shape != input_ids.shape:
         return "attention_mask does not match input_ids"
@@ -141,7 +134,7 @@ def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwarg
     position_ids = model_kwargs.get("position_ids")
     if position_ids is not None and not _default_positions(input_ids, model_kwargs.get("attention_mask"),
                                                           position_ids):
-        return _OWN_POSITIONS
+        return "position_ids other than the attention mask's"
     criteria = _criteria_blocker(config, args["stopping_criteria"], input_ids.shape[0])
     if criteria is not None:
         return criteria
@@ -202,7 +195,8 @@ def _pld_assisted_decoding(self: Any, input_ids: torch.Tensor, *args: Any, **kwa
     if k is not None:  # the C core refuses a longer draft: say so with the caller's name, first
         check_size("prompt_lookup_num_tokens", k, 1, MAX_DRAFT_TOKENS, "the C core's limit on a draft")
     reason = _native_blocker(self, input_ids, named, model_kwargs)
-    if reason is not None and _needs_plain_decoding(self, input_ids, reason) and _plain_decoding_serves(self, named):
+    if reason is not None and _plain_decoding_serves(self, named) \
+            and not _assisted_decoding_serves(self, input_ids, named, model_kwargs):
         logger.warning("pld: using transformers' decoding without prompt lookup (%s)", reason)
         if cache_blocker(self) is not None:
             model_kwargs = _plain_cache(self, model_kwargs)
@@ -285,19 +279,59 @@ def _pad_id(config: Any) -> Any:
     return config.pad_token_id
 
 
-def _needs_plain_decoding(model: Any, input_ids: torch.Tensor, reason: str) -> bool:
-    """Whether a call the loop cannot serve (for ``reason``) is one that
-    transformers' assisted decoding cannot serve exactly either: a batch
-    (it takes one row), the caller's own positions (4.57 drops them),
-    attentions or hidden states asked for (its sdpa path fails on them), no
-    cache, a cache holding tokens, inputs beyond the ids and mask (see
-    _NO_CACHE), or a decoder-only model the loop refuses (stateful, no KV
-    cache, a cache that cannot be cropped, a verification forward that is
-    wrong: assisted decoding needs the same)."""
-    if input_ids.shape[0] > 1 or reason in (_OWN_POSITIONS, _PER_TOKEN_OUTPUTS, _NO_CACHE, _CACHE_HOLDS_TOKENS) \
-            or reason.startswith(_MODEL_INPUTS):
+def _assisted_decoding_serves(model: Any, input_ids: torch.Tensor, named: dict, model_kwargs: dict) -> bool:
+    """Whether transformers' assisted decoding serves a prompt-lookup call
+    pld's loop cannot as exactly as plain decoding does: an encoder-decoder
+    model's single row (the one kind it serves that pld's loop does not),
+    without what a differential audit found it gets wrong on some release
+    (4.57 to 5.24), each of which goes to plain decoding instead:
+    - a batch, or a decoder-only model (any reason: a mask of other values
+      than 0/1, an eos criterion for other ids, a length beyond the index);
+    - use_cache=False, a cache that is not a dynamic one (static: crop
+      fails) or already holds tokens (it refuses or fails);
+    - per-token outputs (attentions, hidden states: a crash on 4.57 to
+      5.3, too many on 4.57 to 5.10) and a streamer (given tokens past
+      max_length on 4.57 to 5.10);
+    - a stopping criterion other than the length and the call's eos ids
+      (checked only after a whole draft is accepted: it stops late);
+    - decoder ids that end in an eos id, where the original checks its
+      criteria on a draft before verifying it (``is_done_candidate``: 4.57
+      to 5.17): BART starts its decoder at eos, and those stop before the
+      first token."""
+    config = named["generation_config"]
+    if not getattr(getattr(model, "config", None), "is_encoder_decoder", False) or input_ids.shape[0] != 1:
+        return False
+    if config.use_cache is False or config.output_attentions or config.output_hidden_states \
+            or named.get("streamer") is not None or named.get("synced_gpus"):
+        return False
+    eos = set(_eos_ids(config))
+    for c in named["stopping_criteria"]:
+        name = type(c).__name__
+        if name not in _NATIVE_CRITERIA or name == "EosTokenCriteria" and set(_eos_ids(c)) != eos \
+                or getattr(c, "max_length", config.max_length) != config.max_length:
+            return False
+    if int(input_ids[0, -1]) in eos and _checks_a_draft_before_verifying():
+        return False
+    if getattr(config, "cache_implementation", None) not in (None, "dynamic"):
+        return False
+    cache = _generate_cache(model_kwargs)
+    if cache is None:
         return True
-    return cache_blocker(model) is not None and not getattr(model.config, "is_encoder_decoder", False)
+    layers = getattr(cache, "self_attention_cache", cache)
+    return type(layers).__name__ == "DynamicCache" and cache.get_seq_length() == 0
+
+
+@functools.lru_cache(maxsize=1)
+def _checks_a_draft_before_verifying() -> bool:
+    """Whether transformers' assisted decoding asks the stopping criteria
+    about a draft before verifying it (``is_done_candidate``), and so
+    stops at once on ids that end in an eos id; True where its source
+    cannot be read."""
+    try:
+        return "is_done_candidate" in inspect.getsource(_gen_utils.GenerationMixin._assisted_decoding
+                                                        if not _original else _original["_assisted_decoding"])
+    except (OSError, TypeError):
+        return True
 
 
 def _plain_cache(model: Any, model_kwargs: dict) -> dict:

@@ -271,3 +271,142 @@ def test_inputs_embeds_get_plain_decodings_tokens(with_ids, caplog):
         outs.append(out[:, -16:].tolist())
     assert outs[1] == outs[0]
     assert "without prompt lookup (model inputs ['inputs_embeds'])" in caplog.text
+
+
+# ------------------------------------------ calls pld's loop cannot serve
+
+def _t5(seed=0):
+    import torch
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    return T5ForConditionalGeneration(T5Config(
+        vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)).eval()
+
+
+def _bart(seed=0):
+    """BART's own layout: the decoder starts at eos, bos forced first."""
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(seed)
+    return BartForConditionalGeneration(BartConfig(
+        vocab_size=64, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=256,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=0,
+        forced_eos_token_id=None)).eval()
+
+
+class _StopAtLength:
+    """A caller's criterion: stop once a row holds ``n`` tokens."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __call__(self, input_ids, scores, **kwargs):
+        import torch
+
+        return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.n, dtype=torch.bool)
+
+
+def _routed(model, ids, kwargs, caplog):
+    """(plain generate's tokens, pld's under enable(), the pld warnings)."""
+    import torch
+
+    import pld
+
+    with torch.no_grad():
+        plain = model.generate(ids, **kwargs())
+        caplog.clear()
+        with pld.enabled(), caplog.at_level(logging.WARNING, logger="pld"):
+            ours = model.generate(ids, prompt_lookup_num_tokens=3, **kwargs())
+    return plain.tolist(), ours.tolist(), caplog.text
+
+
+def test_an_encoder_decoder_row_keeps_transformers_assisted_decoding(caplog):
+    """The one kind of call transformers' assisted decoding serves that
+    pld's loop does not: drafts from pld's generator, plain's tokens."""
+    import torch
+
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 11]])
+    plain, ours, said = _routed(_t5(), ids, lambda: dict(do_sample=False, max_new_tokens=12), caplog)
+    assert ours == plain
+    assert "using transformers' assisted decoding" in said
+
+
+@pytest.mark.parametrize("case", ["use_cache=False", "static cache", "stopping criterion", "output_attentions",
+                                  "streamer"])
+def test_an_encoder_decoder_call_assisted_decoding_gets_wrong_gets_plain_decodings_tokens(case, caplog):
+    """Calls a differential audit found transformers' assisted decoding
+    fails (use_cache=False; a static cache on 5.17+; attentions on 4.57-5.3),
+    stops late (a caller's criterion) or streams past max_length (4.57-5.10)
+    go to plain decoding: plain's tokens, and the warning says so."""
+    import torch
+    from transformers import StoppingCriteriaList
+
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 11]])
+    extra = {"use_cache=False": lambda: dict(use_cache=False),
+             "static cache": lambda: dict(cache_implementation="static"),
+             "stopping criterion": lambda: dict(stopping_criteria=StoppingCriteriaList([_StopAtLength(10)])),
+             "output_attentions": lambda: dict(output_attentions=True, return_dict_in_generate=True),
+             "streamer": lambda: dict(streamer=_Tokens())}[case]
+    model = _t5()
+
+    def kwargs():
+        return dict(do_sample=False, max_new_tokens=12, **extra())
+
+    plain, ours, said = _routed(model, ids, lambda: {**kwargs(), **({"return_dict_in_generate": False}
+                                                                  if case == "output_attentions" else {})},
+                                caplog)
+    assert ours == plain
+    if case != "static cache":  # (4.57 to 5.10 make a dynamic cache for assisted decoding: it serves)
+        assert "using transformers' decoding without prompt lookup" in said and "assisted decoding" not in said
+
+
+class _Tokens:
+    """A streamer that keeps what it is given."""
+
+    def __init__(self):
+        self.got = []
+
+    def put(self, value):
+        self.got.append(value.tolist())
+
+    def end(self):
+        pass
+
+
+def test_a_decoder_that_starts_at_eos_gets_plain_decodings_tokens(caplog):
+    """BART's decoder starts at its eos id: releases whose assisted
+    decoding asks the criteria about a draft before verifying it stopped
+    at once (no new token); each release now gives plain's tokens."""
+    import torch
+
+    ids = torch.tensor([[0, 5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 2]])
+    plain, ours, _ = _routed(_bart(), ids, lambda: dict(do_sample=False, max_new_tokens=10, forced_bos_token_id=0),
+                             caplog)
+    assert len(plain[0]) > 2 and ours == plain
+
+
+def test_an_eos_criterion_for_other_ids_gets_plain_decodings_tokens(caplog):
+    """A caller's EosTokenCriteria for another id than the call's eos: the
+    loop does not apply it, and transformers' assisted decoding checks it
+    only after a whole draft (5.24: it ran on past three of them)."""
+    import torch
+    from transformers import StoppingCriteriaList
+    from transformers.generation.stopping_criteria import EosTokenCriteria
+
+    torch.manual_seed(0)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         intermediate_size=64, bos_token_id=1, eos_token_id=2,
+                                         pad_token_id=0)).eval()
+    ids = torch.tensor([[1, 5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 11, 30, 53, 7, 31, 54, 13, 4,
+                         22, 40, 31, 54, 13, 4, 22, 40]])
+    plain, ours, said = _routed(model, ids, lambda: dict(
+        do_sample=False, max_new_tokens=25,
+        stopping_criteria=StoppingCriteriaList([EosTokenCriteria(eos_token_id=13)])), caplog)
+    assert ours == plain
+    assert "without prompt lookup (an EosTokenCriteria for other ids" in said
