@@ -34,7 +34,7 @@ processed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -125,7 +125,12 @@ def process(scores: torch.Tensor, processors: Sequence[Any], row: Any, seen: int
         ids = ids.expand(scores.shape[0], -1)
     r = row.batch_index
     for p in processors:
-        scores = p(ids, scores, r) if isinstance(p, RowOfBatch) else p(ids, scores)
+        out = p(ids, scores, r) if isinstance(p, RowOfBatch) else p(ids, scores)
+        if not isinstance(out, torch.Tensor) or out.shape != scores.shape:
+            got = f"shape {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise TypeError(f"logits_processor: {type(getattr(p, 'processor', p)).__name__} returned {got}; "
+                            f"expected the scores, a tensor of shape {tuple(scores.shape)}")
+        scores = out
     return scores
 
 
@@ -138,7 +143,7 @@ def from_scores(scores: torch.Tensor, nodes: Sequence[int], parents: Sequence[in
     else:
         probs = torch.softmax(scores, dim=-1)
         if draws_on_host(probs):
-            path, tokens = _core.accept_sample(nodes, probs.cpu().numpy(), u.u.tolist(), parents)
+            path, tokens = _sample_on_host(nodes, probs, u.u.tolist(), parents)
         else:
             path, tokens = _core.accept_greedy(nodes, draws(probs, u.u, [0] + list(depths)), parents)
             _check_drawn(tokens[-1])
@@ -171,9 +176,26 @@ def draws(probs: torch.Tensor, u: torch.Tensor, depths: Sequence[int]) -> List[i
     return torch.where(ok, chosen, torch.full_like(chosen, -1)).tolist()
 
 
+#: Why a draw failed, in the caller's terms (the C core names its argument, probs).
+_NO_MASS = ("logits_processor/temperature/top_k/top_p: the processed scores of a new token leave no "
+            "probability to sample from (every score -inf, or one NaN or +inf)")
+
+
 def _check_drawn(token: int) -> None:
     if token < 0:
-        raise ValueError("probs: every row must be finite and non-negative with positive mass")
+        raise ValueError(_NO_MASS)
+
+
+def _sample_on_host(nodes: Sequence[int], probs: torch.Tensor, u: Sequence[float],
+                    parents: Optional[Sequence[int]] = None) -> Tuple[List[int], List[int]]:
+    """_core.accept_sample on ``probs`` (on the host), its refusal of a
+    row that is not a distribution said in the caller's terms."""
+    try:
+        return _core.accept_sample(nodes, probs.cpu().numpy(), u, *(() if parents is None else (parents,)))
+    except ValueError as error:
+        if str(error).startswith("probs: every row"):
+            raise ValueError(_NO_MASS) from error
+        raise
 
 
 def draw(scores: torch.Tensor, u: float) -> int:
@@ -181,7 +203,7 @@ def draw(scores: torch.Tensor, u: float) -> int:
     inverse CDF (in C on the CPU)."""
     probs = torch.softmax(scores, dim=-1)
     if draws_on_host(probs):
-        return _core.accept_sample([], probs.cpu().numpy(), [u])[1][0]
+        return _sample_on_host([], probs, [u])[1][0]
     token = draws(probs, torch.tensor([u], dtype=torch.float64), [0])[0]
     _check_drawn(token)
     return token

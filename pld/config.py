@@ -34,9 +34,18 @@ LINEAR_KERNELS = ("auto", "onednn", "torch")
 EOS_FROM_MODEL = -1
 
 
+def _is_bool(value: Any) -> bool:
+    """A bool: Python's, NumPy's (``bool_``; NumPy 2 names its type
+    ``bool``) or a torch tensor of dtype bool."""
+    kind = type(value)
+    return isinstance(value, bool) or (kind.__module__ == "numpy" and kind.__name__ in ("bool_", "bool")) \
+        or (kind.__module__.startswith("torch") and str(getattr(value, "dtype", "")) == "torch.bool")
+
+
 def is_index(value: Any) -> bool:
-    """An integer in Python's sense (__index__: int, NumPy integers), not a bool."""
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    """An integer in Python's sense (__index__: int, NumPy integers, a
+    one-element integer tensor), not a bool (nor a bool tensor)."""
+    if _is_bool(value):
         return False
     try:
         operator.index(value)
@@ -100,7 +109,7 @@ def _int64_ids(ids: Any) -> Tuple[int, ...]:
 
 
 def _flag(name: str, value: Any) -> bool:
-    if isinstance(value, bool) or type(value).__name__ == "bool_":
+    if isinstance(value, bool) or (type(value).__module__ == "numpy" and _is_bool(value)):
         return bool(value)
     raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
@@ -115,7 +124,10 @@ def _number(name: str, value: Any, integer: bool = False) -> Any:
         return operator.index(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:
+        raise ValueError(f"{name} must be a finite number, got an int of {int(value).bit_length()} bits") from None
 
 
 def _choice(name: str, value: Any, choices: Tuple[str, ...]) -> str:

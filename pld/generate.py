@@ -111,8 +111,9 @@ def generate(
     the output. ``attention_mask``: a tensor, list or array like input_ids;
     without one, generate()'s is inferred (the prompt's pad tokens masked
     where the model's generation config names a pad id that is not an eos
-    id). A wrong type or value, or a model without a KV cache, raises an
-    error naming the argument.
+    id). A wrong type or value (an id beyond the model's vocabulary among
+    them), or a model without a KV cache or in training mode with dropout,
+    raises an error naming the argument.
     """
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.generate()")
     if config is not None and not isinstance(config, DecodeConfig):
@@ -149,9 +150,26 @@ def _checked_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Any, st
     if input_ids.shape[0] > 1 and (streamer is not None or on_step is not None):
         raise ValueError("streamer/on_step: not supported for a batch (batch size "
                          f"{input_ids.shape[0]}); pass one row, or neither")
+    _check_vocabulary(model, input_ids)
     device = next(iter(model.parameters()), input_ids).device
     mask = None if attention_mask is None else _mask(attention_mask, input_ids).to(device)
     return input_ids.to(device=device, dtype=torch.long), mask
+
+
+def _check_vocabulary(model: Any, input_ids: torch.Tensor) -> None:
+    """Every id within the model's input embedding (its rows; else its
+    config's vocab_size), or a ValueError naming input_ids (the embedding
+    would raise an IndexError, or read out of bounds on a device)."""
+    embeddings = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+    weight = getattr(embeddings, "weight", None)
+    rows = weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else \
+        getattr(getattr(model, "config", None), "vocab_size", None)
+    if not isinstance(rows, int) or isinstance(rows, bool):
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= rows:
+        raise ValueError(f"input_ids: token ids must be in [0, {rows}) (the model's vocabulary), got "
+                         f"{low if low < 0 else high}")
 
 
 def _mask_from_padding(model: Any, input_ids: torch.Tensor, eos: Any) -> Optional[torch.Tensor]:

@@ -71,9 +71,12 @@ _TRAITS: "weakref.WeakKeyDictionary[Any, Dict[Tuple, ModelTraits]]" = weakref.We
 def model_traits(model: Any) -> ModelTraits:
     """The model's :class:`ModelTraits`, probed on its first use (a few
     forwards over at most 5 tokens, torch's RNG state untouched) and kept
-    per attention implementation, dtype and device."""
+    per attention implementation, dtype, device and training mode (a
+    model in training mode: its dropout makes forwards differ, and the
+    reason says to call model.eval())."""
+    training = bool(getattr(model, "training", False))
     key = (getattr(getattr(model, "config", None), "_attn_implementation", None),
-           str(getattr(model, "dtype", None)), str(getattr(model, "device", None)))
+           str(getattr(model, "dtype", None)), str(getattr(model, "device", None)), training)
     try:
         known = _TRAITS.setdefault(model, {})
     except TypeError:  # not weakly referenceable: probe every time
@@ -82,7 +85,12 @@ def model_traits(model: Any) -> ModelTraits:
         from .forward_cost import rng_devices
 
         with torch.no_grad(), torch.random.fork_rng(devices=rng_devices(model)):
-            known[key] = _probe(model)
+            traits = _probe(model)
+        if training and traits.reason is not None:
+            why = (f"{traits.reason} (and it is in training mode, model.train(), where dropout makes "
+                   "forwards differ: call model.eval())")
+            traits = replace(traits, reason=why, custom_masks=why)
+        known[key] = traits
     return known[key]
 
 
@@ -99,7 +107,12 @@ def _probe(model: Any) -> ModelTraits:
               else no_dynamic_cache_reason(model))
     if reason is not None:
         return ModelTraits(None, False, reason, reason)
-    ids = _probe_ids(model)
+    try:
+        ids = _probe_ids(model)
+    except Exception as error:  # noqa: BLE001 - a module that is no language model
+        reason = ("it names no vocabulary size (no config.vocab_size, no get_input_embeddings(): "
+                  f"{_describe(error)})")
+        return ModelTraits(None, False, reason, reason)
     try:
         argument, keep, croppable = _find_cache_argument(model, ids)
     except Exception as error:  # noqa: BLE001 - any failure of the model's forward is a reason

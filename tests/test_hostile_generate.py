@@ -516,3 +516,118 @@ def test_spec_bench_without_data_is_a_clear_error(tmp_path):
     tried = where.resolve() / "shared" / "data" / "spec_bench" / "question.jsonl"
     assert str(tried) in proc.stderr, proc.stderr
 
+
+@torch_test
+def test_a_model_in_training_mode_is_probed_again_once_in_eval_mode(caplog):
+    """The probe is kept per training mode: a model with dropout used in
+    train() is refused (pld.generate) or decoded plainly (enable), with
+    the reason saying to call eval(); after eval() it is served natively,
+    with plain greedy's tokens; back in train() it is refused again."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    import pld
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=128,
+                                       resid_pdrop=0.5, embd_pdrop=0.5, attn_pdrop=0.5,
+                                       bos_token_id=None, eos_token_id=None))
+    model.generation_config.eos_token_id = model.generation_config.pad_token_id = None
+    ids = torch.tensor([[5, 9, 13, 7, 22, 5, 9, 13, 7, 22, 5, 9]])
+    model.train()
+    with pytest.raises(ValueError, match=r"training mode.*call model\.eval\(\)"):
+        pld.generate(model, ids, max_new_tokens=8)
+    with pld.enabled(), caplog.at_level(logging.WARNING, logger="pld"), torch.no_grad():
+        model.generate(ids, prompt_lookup_num_tokens=4, max_new_tokens=8)
+    assert "without prompt lookup" in caplog.text and "training mode" in caplog.text
+    model.eval()
+    with torch.no_grad():
+        plain = model.generate(ids, do_sample=False, max_new_tokens=8)
+    assert pld.generate(model, ids, max_new_tokens=8).sequences.tolist() == plain.tolist()
+    caplog.clear()
+    with pld.enabled(), caplog.at_level(logging.WARNING, logger="pld"), torch.no_grad():
+        ours = model.generate(ids, prompt_lookup_num_tokens=4, max_new_tokens=8, do_sample=False)
+    assert ours.tolist() == plain.tolist() and "pld:" not in caplog.text
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        pld.generate(model, ids, max_new_tokens=8)
+
+
+@torch_test
+def test_ids_beyond_the_vocabulary_are_a_value_error_naming_input_ids():
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    rows = model.get_input_embeddings().weight.shape[0]
+    for bad in (-1, rows, 1 << 40):
+        with pytest.raises(ValueError, match=rf"input_ids: token ids must be in \[0, {rows}\).*got {bad}"):
+            pld.generate(model, torch.tensor([[1, 2, bad, 3]]), max_new_tokens=2)
+
+
+@torch_test
+def test_a_processor_that_returns_no_scores_is_a_type_error_naming_it():
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    for returned in (lambda ids, scores: None, lambda ids, scores: scores[:, :3]):
+        with pytest.raises(TypeError, match="logits_processor: function returned"):
+            pld.generate(model, torch.tensor([[1, 2, 3, 1, 2]]), max_new_tokens=3, logits_processor=[returned])
+
+
+@torch_test
+def test_scores_with_no_probability_left_are_a_value_error_naming_the_callers_arguments():
+    """A processor that masks every token, or a temperature so small that
+    the scores overflow: the error names what the caller passed, not the
+    C core's argument (probs)."""
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    ids = torch.tensor([[1, 2, 3, 1, 2]])
+    for kwargs in (dict(logits_processor=[lambda i, s: torch.full_like(s, float("-inf"))]),
+                   dict(temperature=1e-300)):
+        with pytest.raises(ValueError, match="logits_processor/temperature/top_k/top_p: the processed scores"):
+            pld.generate(model, ids, max_new_tokens=3, do_sample=True, **kwargs)
+
+
+@torch_test
+def test_numpy_bools_are_flags_and_bool_tensors_are_not_counts():
+    import numpy as np
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+    ids = torch.tensor([[1, 2, 3, 1, 2]])
+    assert pld.DecodeConfig(do_sample=np.True_).do_sample is True
+    for name in ("max_new_tokens", "prompt_lookup_num_tokens"):
+        with pytest.raises(TypeError, match=f"{name} must be an int, got Tensor"):
+            pld.generate(model, ids, **{name: torch.tensor(True)})
+    with pytest.raises(TypeError, match="eos_token_id"):
+        pld.generate(model, ids, max_new_tokens=2, eos_token_id=[torch.tensor(True)])
+    for name in ("temperature", "top_p"):
+        with pytest.raises(ValueError, match=f"{name} must be a finite number"):
+            pld.DecodeConfig(do_sample=True, **{name: 10 ** 400})
+
+
+@torch_test
+def test_a_module_that_is_no_language_model_is_a_value_error_naming_model():
+    import torch
+
+    import pld
+
+    class Plain(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.linear(x)
+
+    with pytest.raises(ValueError, match="model: Plain cannot be used by pld.generate: it names no vocabulary"):
+        pld.generate(Plain().eval(), torch.tensor([[1, 2, 3]]), max_new_tokens=2)
