@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import threading
 import time
 import weakref
@@ -229,36 +230,47 @@ def waiter(device: Any) -> Callable[[], None]:
     return synchronizer(device) or _nothing
 
 
-def rng_devices(model: Any) -> List[int]:
+def rng_devices(model: Any) -> Optional[List[int]]:
     """The CUDA devices ``model``'s parameters are on, whose RNG states a
-    probe's forwards keep as they found them (with the CPU's)."""
+    probe's forwards keep as they found them (with the CPU's); None for a
+    model in eval mode, whose forwards draw nothing: its probes leave the
+    RNG states alone (restoring them would also undo the draws another
+    thread made meanwhile, and a seeded run there would not repeat)."""
+    if getattr(model, "training", True) is False:
+        return None
     parameters = getattr(model, "parameters", None)
     if not callable(parameters):
         return []
     return sorted({p.get_device() for p in parameters() if p.device.type == "cuda"})
 
 
+def rng_kept(devices: Optional[Sequence[int]]) -> Any:
+    """A context that keeps torch's RNG states of the CPU and the CUDA
+    ``devices`` as it found them (:func:`rng_devices`; None: nothing to keep)."""
+    import torch
+
+    return contextlib.nullcontext() if devices is None else torch.random.fork_rng(devices=list(devices))
+
+
 def time_widths(forward: Callable[[int], Any], widths: Sequence[int],
                 clock: Callable[[], float] = time.perf_counter,
-                synchronize: Optional[Callable[[], None]] = None, devices: Sequence[int] = ()) -> List[float]:
+                synchronize: Optional[Callable[[], None]] = None,
+                devices: Optional[Sequence[int]] = ()) -> List[float]:
     """The time of ``forward(w)`` (a forward over w new tokens that leaves
     the model's state as it found it) at each width in turn, in seconds.
     ``synchronize`` (None on the CPU) waits for the device before each
     clock read, so that a time is the forward's work, not its launch. The
     forwards do not count as decoding steps (:func:`calibrating`) and leave
     torch's RNG states as they were: the CPU's and those of the CUDA
-    ``devices`` (:func:`rng_devices`)."""
-    import torch
-
+    ``devices`` (:func:`rng_devices`; None: a model in eval mode, whose
+    forwards draw nothing)."""
     wait = synchronize if synchronize is not None else _nothing
     global _calibrating
     times = []
     with _LOCK:
         _calibrating += 1
-    # eval-mode forwards draw nothing; fork_rng keeps torch's RNG states
-    # the caller's even for a model that does (a seeded run must repeat)
     try:
-        with torch.random.fork_rng(devices=list(devices)):
+        with rng_kept(devices):
             for w in widths:
                 wait()
                 t0 = clock()

@@ -23,10 +23,12 @@ enable() swaps three things and disable() puts them back:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import functools
 import inspect
 import logging
+import threading
 from typing import Any, Iterator, Optional, Tuple
 
 import torch
@@ -69,6 +71,9 @@ STATELESS_PROCESSORS = frozenset({
 })
 
 
+# transformers' three attributes as the first patch found them. Kept after
+# disable(): a generate() call that picked the patched method before another
+# thread switched pld off still finishes through them.
 _original: dict = {}
 # DecodeConfig fields a generate() call sets from its generation_config;
 # enable() takes the others.
@@ -81,8 +86,17 @@ _FROM_GENERATION_CONFIG = ("max_new_tokens", "prompt_lookup_num_tokens", "max_ma
 TRANSFORMERS_MAX_MATCHING_NGRAM_SIZE = 2
 _ENABLE_OPTIONS = tuple(n for n in DecodeConfig.option_names() if n not in _FROM_GENERATION_CONFIG)
 # The native loop's options while enabled (enable()'s, over DecodeConfig's
-# defaults); each call fills in what its generation_config says.
+# defaults); each call fills in what its generation_config says. Rebound,
+# never changed in place: a call reads one set whatever another thread does.
 _options: dict = {}
+# An enabled() block's options, in the thread (or task) that runs it.
+_block_options: contextvars.ContextVar = contextvars.ContextVar("pld_enabled_options", default=None)
+# The switch's state, changed under _SWITCH: whether enable() holds pld on,
+# and how many enabled() blocks run now (in any thread). transformers stays
+# patched while either holds it.
+_SWITCH = threading.RLock()
+_held_on = False
+_blocks = 0
 
 
 def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwargs: dict) -> Optional[str]:
@@ -328,8 +342,8 @@ def _checks_a_draft_before_verifying() -> bool:
     stops at once on ids that end in an eos id; True where its source
     cannot be read."""
     try:
-        return "is_done_candidate" in inspect.getsource(_gen_utils.GenerationMixin._assisted_decoding
-                                                        if not _original else _original["_assisted_decoding"])
+        return "is_done_candidate" in inspect.getsource(_original.get("_assisted_decoding",
+                                                                      _gen_utils.GenerationMixin._assisted_decoding))
     except (OSError, TypeError):
         return True
 
@@ -375,9 +389,10 @@ def _decode_config(config: Any, budget: int) -> DecodeConfig:
     unset (None, or 0) is transformers' default, 2, as generate() gives its
     own PromptLookupCandidateGenerator (not DecodeConfig's 3) -- or
     enable()'s min_ngram_size where that is larger."""
-    unset = max(TRANSFORMERS_MAX_MATCHING_NGRAM_SIZE, _options.get("min_ngram_size", 1))
+    options = _current_options()
+    unset = max(TRANSFORMERS_MAX_MATCHING_NGRAM_SIZE, options.get("min_ngram_size", 1))
     return DecodeConfig(**{
-        **_options,
+        **options,
         "max_matching_ngram_size": config.max_matching_ngram_size or unset,
         "max_new_tokens": budget,
         "prompt_lookup_num_tokens": config.prompt_lookup_num_tokens,
@@ -434,17 +449,36 @@ def enable(**options: Any) -> None:
     _enable(options)
 
 
-def _enable(options: dict) -> None:
-    """enable() with the deprecated names already translated."""
+def _checked_options(options: dict, caller: str) -> dict:
+    """``options`` (deprecated names already translated) as a new dict,
+    after DecodeConfig checks them: a TypeError or ValueError naming them."""
     refused = sorted(set(options) - set(_ENABLE_OPTIONS))
     if refused:
-        raise TypeError(f"enable() got options {refused}; it takes {_ENABLE_OPTIONS} (a "
+        raise TypeError(f"{caller} got options {refused}; it takes {_ENABLE_OPTIONS} (a "
                         "generate() call sets the others from its generation_config: "
                         "model.generate(..., prompt_lookup_num_tokens=k, max_matching_ngram_size=n))")
     DecodeConfig(**options)  # validated now, with the caller's names
-    _options.clear()
-    _options.update(options)
-    if _original:
+    return dict(options)
+
+
+def _current_options() -> dict:
+    """The options of the enabled() block this thread runs in, else enable()'s."""
+    block = _block_options.get()
+    return _options if block is None else block
+
+
+def _enable(options: dict) -> None:
+    """enable() with the deprecated names already translated."""
+    global _options, _held_on
+    options = _checked_options(options, "enable()")
+    with _SWITCH:
+        _options, _held_on = options, True
+        _patch()
+
+
+def _patch() -> None:
+    """Put pld's three attributes in transformers (under _SWITCH; idempotent)."""
+    if _gen_utils.GenerationMixin._assisted_decoding is _pld_assisted_decoding:
         return
     _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
     _original["_assisted_decoding"] = _gen_utils.GenerationMixin._assisted_decoding
@@ -454,38 +488,59 @@ def _enable(options: dict) -> None:
     _gen_utils.GenerationMixin._validate_generation_mode = _pld_validate_generation_mode
 
 
-def disable() -> None:
-    """Restore transformers exactly as it was (idempotent)."""
-    _options.clear()
-    if not _original:
+def _unpatch() -> None:
+    """Put transformers' three attributes back (under _SWITCH; idempotent)."""
+    if _gen_utils.GenerationMixin._assisted_decoding is not _pld_assisted_decoding:
         return
-    _gen_utils.PromptLookupCandidateGenerator = _original.pop("PromptLookupCandidateGenerator")
-    _gen_utils.GenerationMixin._assisted_decoding = _original.pop("_assisted_decoding")
-    _gen_utils.GenerationMixin._validate_generation_mode = _original.pop("_validate_generation_mode")
+    _gen_utils.PromptLookupCandidateGenerator = _original["PromptLookupCandidateGenerator"]
+    _gen_utils.GenerationMixin._assisted_decoding = _original["_assisted_decoding"]
+    _gen_utils.GenerationMixin._validate_generation_mode = _original["_validate_generation_mode"]
+
+
+def disable() -> None:
+    """Switch off what enable() switched on, and restore transformers
+    exactly as it was once no enabled() block runs in any thread
+    (idempotent). A call already running finishes as it started."""
+    global _options, _held_on
+    with _SWITCH:
+        _options, _held_on = {}, False
+        if _blocks == 0:
+            _unpatch()
 
 
 def is_enabled() -> bool:
     """Whether pld is switched on now: a plain function returning a bool
     (``if pld.is_enabled(): ...``). Not to be confused with
     :func:`enabled`, the context manager that switches it on for a block."""
-    return bool(_original)
+    return _gen_utils.GenerationMixin._assisted_decoding is _pld_assisted_decoding
 
 
 @contextlib.contextmanager
 def enabled(**options: Any) -> Iterator[None]:
-    """A context manager that switches pld on for a ``with`` block and puts
-    back what was there before (``with pld.enabled(): model.generate(...,
-    prompt_lookup_num_tokens=10)``; options as for :func:`enable`). It does
-    not answer whether pld is on: that is :func:`is_enabled` (``if
-    pld.enabled():`` is always true, as any object is)."""
+    """A context manager that switches pld on for a ``with`` block
+    (``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``;
+    options as for :func:`enable`). The options hold, in place of
+    enable()'s, for the calls the block makes in its own thread (or
+    asyncio task);
+    blocks in other threads may overlap it, each with its own options, and
+    pld stays on until the last one ends (or for good, if enable() was
+    called). It does not answer whether pld is on: that is
+    :func:`is_enabled` (``if pld.enabled():`` is always true, as any
+    object is)."""
+    global _blocks
     # (stacklevel: the warning names the `with` line, through contextlib's __enter__)
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.enabled()", stacklevel=3)
-    was, before = is_enabled(), dict(_options)
-    _enable(options)
+    token = _block_options.set(_checked_options(options, "enabled()"))
     try:
-        yield
+        with _SWITCH:
+            _blocks += 1
+            _patch()
+        try:
+            yield
+        finally:
+            with _SWITCH:
+                _blocks -= 1
+                if _blocks == 0 and not _held_on:
+                    _unpatch()
     finally:
-        if not was:
-            disable()
-        _options.clear()
-        _options.update(before)
+        _block_options.reset(token)

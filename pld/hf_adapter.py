@@ -70,7 +70,8 @@ _TRAITS: "weakref.WeakKeyDictionary[Any, Dict[Tuple, ModelTraits]]" = weakref.We
 
 def model_traits(model: Any) -> ModelTraits:
     """The model's :class:`ModelTraits`, probed on its first use (a few
-    forwards over at most 5 tokens, torch's RNG state untouched) and kept
+    forwards over at most 5 tokens, torch's RNG states untouched: a model
+    in eval mode draws nothing, one in training mode has them restored) and kept
     per attention implementation, dtype, device and training mode (a
     model in training mode: its dropout makes forwards differ, and the
     reason says to call model.eval())."""
@@ -82,9 +83,9 @@ def model_traits(model: Any) -> ModelTraits:
     except TypeError:  # not weakly referenceable: probe every time
         known = {}
     if key not in known:
-        from .forward_cost import rng_devices
+        from .forward_cost import rng_devices, rng_kept
 
-        with torch.no_grad(), torch.random.fork_rng(devices=rng_devices(model)):
+        with torch.no_grad(), rng_kept(rng_devices(model)):
             traits = _probe(model)
         if training and traits.reason is not None:
             why = (f"{traits.reason} (and it is in training mode, model.train(), where dropout makes "
