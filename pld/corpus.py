@@ -752,7 +752,11 @@ def _read_file(path: str, bad: Callable[[str], ValueError]
         lengths = array.array(_typecode(4, signed=False), _read_exactly(f, 4 * n_seq, bad))
         tokens = array.array(_typecode(tb, signed=True), _read_exactly(f, tb * n_tok, bad))
         digest = _read_exactly(f, _DIGEST, bad)
-        if f.read(1):
+        try:
+            grew = f.read(1)
+        except OSError as e:
+            raise bad(f"cannot be read ({e.strerror or e})") from e
+        if grew:
             raise bad(f"longer than the {size} bytes it had when opened: changed while read?")
     check = hashlib.sha256(prefix)
     for part in (head, lengths, tokens):
