@@ -485,8 +485,8 @@ class Corpus:
         not add up, negative ids, settings or lengths beyond the limits, a
         header nested deeper than any save writes, something that is not a
         regular file (a device, a pipe: refused before it is read), a read
-        that fails. Nothing is read or allocated before the header's sizes
-        match the file's.
+        that fails. Nothing of the body is read or allocated before the
+        header's sizes match the file's.
         ``seed``: the key of the n-gram hashes, as for the constructor
         (``hash_seed``, its old name, still works for one release)."""
         path = _file_path(path)
@@ -704,10 +704,9 @@ def _json_depth(text: str) -> int:
 def _file_path(path: Any) -> str:
     """``path`` (a str, bytes or os.PathLike) as a str; TypeError or
     ValueError naming ``path`` for anything else, or a NUL in it."""
-    try:
-        path = os.fsdecode(os.fspath(path))
-    except TypeError:
-        raise TypeError(f"path: expected a str, bytes or os.PathLike, got {type(path).__name__}") from None
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"path: expected a str, bytes or os.PathLike, got {type(path).__name__}")
+    path = os.fsdecode(os.fspath(path))
     if not path or "\0" in path:
         raise ValueError(f"path: expected a file path (not empty, no NUL character), got {path!r}")
     return path
@@ -723,6 +722,9 @@ def _read_file(path: str, bad: Callable[[str], ValueError]
     the body is read: a large file of another kind costs no memory), for a
     checksum that does not match, and for anything the header and body
     disagree on; also for a file that cannot be read."""
+    def corrupt(what: str) -> ValueError:  # (the header is read before the checksum that covers it)
+        return bad(f"{what} (a corrupt file?)")
+
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     fd = os.open(path, flags)
     try:
@@ -742,8 +744,8 @@ def _read_file(path: str, bad: Callable[[str], ValueError]
         prefix = _read_exactly(f, _PREFIX.size, bad)
         hlen = _check_prefix(prefix, size, bad)
         head = _read_exactly(f, hlen, bad)
-        header = _parse_header(head, bad)
-        settings = _FileSettings.of(header, bad)
+        header = _parse_header(head, corrupt)
+        settings = _FileSettings.of(header, corrupt)
         n_seq, n_tok, tb = settings.n_sequences, settings.n_tokens, settings.token_bytes
         want = _PREFIX.size + hlen + 4 * n_seq + tb * n_tok + _DIGEST
         if want != size:

@@ -236,12 +236,23 @@ def rng_devices(model: Any) -> Optional[List[int]]:
     model in eval mode, whose forwards draw nothing: its probes leave the
     RNG states alone (restoring them would also undo the draws another
     thread made meanwhile, and a seeded run there would not repeat)."""
-    if getattr(model, "training", True) is False:
+    if not in_training(model):
         return None
     parameters = getattr(model, "parameters", None)
     if not callable(parameters):
         return []
     return sorted({p.get_device() for p in parameters() if p.device.type == "cuda"})
+
+
+def in_training(model: Any) -> bool:
+    """Whether any of ``model``'s modules is in training mode (model.train(),
+    or one submodule's: a LoRA dropout switched back on), where dropout may
+    draw; an object without modules() answers with its own ``training``
+    (True where it has none: it may draw)."""
+    modules = getattr(model, "modules", None)
+    if callable(modules):
+        return any(getattr(m, "training", False) for m in modules())
+    return bool(getattr(model, "training", True))
 
 
 def rng_kept(devices: Optional[Sequence[int]]) -> Any:

@@ -96,7 +96,7 @@ _block_options: contextvars.ContextVar = contextvars.ContextVar("pld_enabled_opt
 # patched while either holds it.
 _SWITCH = threading.RLock()
 _held_on = False
-_blocks = 0
+_blocks: list = []  # each running block's options, oldest first
 
 
 def _native_blocker(model: Any, input_ids: torch.Tensor, args: dict, model_kwargs: dict) -> Optional[str]:
@@ -306,8 +306,9 @@ def _assisted_decoding_serves(model: Any, input_ids: torch.Tensor, named: dict, 
     - per-token outputs (attentions, hidden states: a crash on 4.57 to
       5.3, too many on 4.57 to 5.10) and a streamer (given tokens past
       max_length on 4.57 to 5.10);
-    - a stopping criterion other than the length and the call's eos ids
-      (checked only after a whole draft is accepted: it stops late);
+    - a stopping criterion other than the length, the time and the
+      call's eos ids (checked only after a whole draft is accepted: it
+      stops late);
     - decoder ids that end in an eos id, where the original checks its
       criteria on a draft before verifying it (``is_done_candidate``: 4.57
       to 5.17): BART starts its decoder at eos, and those stop before the
@@ -321,7 +322,8 @@ def _assisted_decoding_serves(model: Any, input_ids: torch.Tensor, named: dict, 
     eos = set(_eos_ids(config))
     for c in named["stopping_criteria"]:
         name = type(c).__name__
-        if name not in _NATIVE_CRITERIA or name == "EosTokenCriteria" and set(_eos_ids(c)) != eos \
+        if name not in _NATIVE_CRITERIA | {"MaxTimeCriteria"} \
+                or name == "EosTokenCriteria" and set(_eos_ids(c)) != eos \
                 or getattr(c, "max_length", config.max_length) != config.max_length:
             return False
     if int(input_ids[0, -1]) in eos and _checks_a_draft_before_verifying():
@@ -370,9 +372,13 @@ def _plain_cache(model: Any, model_kwargs: dict) -> dict:
 def _plain_decoding_serves(model: Any, named: dict) -> bool:
     """Whether a call pld's loop cannot serve is a prompt-lookup call that
     transformers' plain decoding (``_sample``: greedy or sampling) serves
-    as generate() would without prompt lookup."""
-    return named["generation_config"].prompt_lookup_num_tokens is not None \
+    as generate() would without prompt lookup: not one for an assistant,
+    a candidate generator, or transformers' early-exit or MTP drafts
+    (those keep transformers' assisted decoding)."""
+    config = named["generation_config"]
+    return config.prompt_lookup_num_tokens is not None \
         and named.get("assistant_model") is None and named.get("candidate_generator") is None \
+        and not any(getattr(config, flag, None) for flag in ("assistant_early_exit", "use_mtp")) \
         and callable(getattr(model, "_sample", None))
 
 
@@ -462,8 +468,13 @@ def _checked_options(options: dict, caller: str) -> dict:
 
 
 def _current_options() -> dict:
-    """The options of the enabled() block this thread runs in, else enable()'s."""
+    """The options of the enabled() block this thread (or task) runs in;
+    in a thread outside any block (a worker a block started, as for a
+    streamer), those of the newest block running; else enable()'s."""
     block = _block_options.get()
+    if block is None and _blocks:
+        with _SWITCH:
+            block = _blocks[-1] if _blocks else None
     return _options if block is None else block
 
 
@@ -489,22 +500,25 @@ def _patch() -> None:
 
 
 def _unpatch() -> None:
-    """Put transformers' three attributes back (under _SWITCH; idempotent)."""
-    if _gen_utils.GenerationMixin._assisted_decoding is not _pld_assisted_decoding:
-        return
-    _gen_utils.PromptLookupCandidateGenerator = _original["PromptLookupCandidateGenerator"]
-    _gen_utils.GenerationMixin._assisted_decoding = _original["_assisted_decoding"]
-    _gen_utils.GenerationMixin._validate_generation_mode = _original["_validate_generation_mode"]
+    """Put transformers' three attributes back where pld's are still in
+    place (under _SWITCH; idempotent)."""
+    if _gen_utils.PromptLookupCandidateGenerator is PromptLookupCandidateGenerator:
+        _gen_utils.PromptLookupCandidateGenerator = _original["PromptLookupCandidateGenerator"]
+    mixin = _gen_utils.GenerationMixin
+    if mixin._assisted_decoding is _pld_assisted_decoding:
+        mixin._assisted_decoding = _original["_assisted_decoding"]
+    if mixin._validate_generation_mode is _pld_validate_generation_mode:
+        mixin._validate_generation_mode = _original["_validate_generation_mode"]
 
 
 def disable() -> None:
     """Switch off what enable() switched on, and restore transformers
     exactly as it was once no enabled() block runs in any thread
-    (idempotent). A call already running finishes as it started."""
+    (idempotent). A call already running keeps the method it picked."""
     global _options, _held_on
     with _SWITCH:
         _options, _held_on = {}, False
-        if _blocks == 0:
+        if not _blocks:
             _unpatch()
 
 
@@ -521,26 +535,28 @@ def enabled(**options: Any) -> Iterator[None]:
     (``with pld.enabled(): model.generate(..., prompt_lookup_num_tokens=10)``;
     options as for :func:`enable`). The options hold, in place of
     enable()'s, for the calls the block makes in its own thread (or
-    asyncio task);
-    blocks in other threads may overlap it, each with its own options, and
-    pld stays on until the last one ends (or for good, if enable() was
-    called). It does not answer whether pld is on: that is
+    asyncio task), and for calls from threads that run in no block (a
+    worker the block started, as for a streamer: the newest block's).
+    Blocks in other threads may overlap it, each with its own options;
+    pld stays on until the last one ends (for good if enable() was called,
+    within a block or not; disable() takes effect once none runs). It
+    does not answer whether pld is on: that is
     :func:`is_enabled` (``if pld.enabled():`` is always true, as any
     object is)."""
-    global _blocks
     # (stacklevel: the warning names the `with` line, through contextlib's __enter__)
     _renamed.translate(options, _renamed.DECODE_CONFIG, "pld.enabled()", stacklevel=3)
-    token = _block_options.set(_checked_options(options, "enabled()"))
+    mine = _checked_options(options, "enabled()")
+    token = _block_options.set(mine)
     try:
         with _SWITCH:
-            _blocks += 1
+            _blocks.append(mine)
             _patch()
         try:
             yield
         finally:
             with _SWITCH:
-                _blocks -= 1
-                if _blocks == 0 and not _held_on:
+                _blocks.remove(mine)  # (an equal dict of another block would do as well)
+                if not _blocks and not _held_on:
                     _unpatch()
     finally:
         _block_options.reset(token)

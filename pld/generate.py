@@ -157,19 +157,21 @@ def _checked_inputs(model: Any, input_ids: torch.Tensor, attention_mask: Any, st
 
 
 def _check_vocabulary(model: Any, input_ids: torch.Tensor) -> None:
-    """Every id within the model's input embedding (its rows; else its
-    config's vocab_size), or a ValueError naming input_ids (the embedding
-    would raise an IndexError, or read out of bounds on a device)."""
-    embeddings = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
-    weight = getattr(embeddings, "weight", None)
-    rows = weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else \
-        getattr(getattr(model, "config", None), "vocab_size", None)
-    if not isinstance(rows, int) or isinstance(rows, bool):
-        return
+    """No id below 0 or beyond the model's vocabulary (the larger of its
+    input embedding's rows and its config's vocab_size, where either can
+    be read), or a ValueError naming input_ids (the embedding would raise
+    an IndexError, or read out of bounds on a device)."""
+    sizes = [getattr(getattr(model, "config", None), "vocab_size", None)]
+    try:
+        weight = getattr(model.get_input_embeddings(), "weight", None)
+        sizes.append(weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None)
+    except Exception:  # noqa: BLE001 - a model whose embedding transformers cannot find (NotImplementedError)
+        pass
+    sizes = [n for n in sizes if isinstance(n, int) and not isinstance(n, bool)]
     low, high = int(input_ids.min()), int(input_ids.max())
-    if low < 0 or high >= rows:
-        raise ValueError(f"input_ids: token ids must be in [0, {rows}) (the model's vocabulary), got "
-                         f"{low if low < 0 else high}")
+    if low < 0 or (sizes and high >= max(sizes)):
+        bound = f"[0, {max(sizes)}) (the model's vocabulary)" if sizes else ">= 0"
+        raise ValueError(f"input_ids: token ids must be in {bound}, got {low if low < 0 else high}")
 
 
 def _mask_from_padding(model: Any, input_ids: torch.Tensor, eos: Any) -> Optional[torch.Tensor]:

@@ -75,7 +75,9 @@ def model_traits(model: Any) -> ModelTraits:
     per attention implementation, dtype, device and training mode (a
     model in training mode: its dropout makes forwards differ, and the
     reason says to call model.eval())."""
-    training = bool(getattr(model, "training", False))
+    from .forward_cost import in_training, rng_devices, rng_kept
+
+    training = in_training(model)
     key = (getattr(getattr(model, "config", None), "_attn_implementation", None),
            str(getattr(model, "dtype", None)), str(getattr(model, "device", None)), training)
     try:
@@ -83,13 +85,11 @@ def model_traits(model: Any) -> ModelTraits:
     except TypeError:  # not weakly referenceable: probe every time
         known = {}
     if key not in known:
-        from .forward_cost import rng_devices, rng_kept
-
         with torch.no_grad(), rng_kept(rng_devices(model)):
             traits = _probe(model)
         if training and traits.reason is not None:
-            why = (f"{traits.reason} (and it is in training mode, model.train(), where dropout makes "
-                   "forwards differ: call model.eval())")
+            why = (f"{traits.reason} (and it, or one of its modules, is in training mode, where dropout "
+                   "makes forwards differ: call model.eval())")
             traits = replace(traits, reason=why, custom_masks=why)
         known[key] = traits
     return known[key]

@@ -410,3 +410,25 @@ def test_an_eos_criterion_for_other_ids_gets_plain_decodings_tokens(caplog):
         stopping_criteria=StoppingCriteriaList([EosTokenCriteria(eos_token_id=13)])), caplog)
     assert ours == plain
     assert "without prompt lookup (an EosTokenCriteria for other ids" in said
+
+
+def test_transformers_early_exit_drafts_keep_its_assisted_decoding(caplog):
+    """assistant_early_exit asks for transformers' own draft generator,
+    not prompt lookup's: its assisted decoding runs it, with plain's tokens."""
+    import torch
+
+    ids = torch.tensor([[5, 9, 13, 7, 22, 5, 9, 13, 7, 22, 5, 9]])
+    plain, ours, said = _routed(mf.tiny_model("llama"), ids,
+                                lambda: dict(do_sample=False, max_new_tokens=10, assistant_early_exit=1), caplog)
+    assert ours == plain
+    assert "assisted decoding (generation_config.assistant_early_exit is set)" in said
+
+
+def test_an_encoder_decoder_row_with_a_time_limit_keeps_assisted_decoding(caplog):
+    import torch
+
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 5, 6, 7, 8, 9, 10, 11]])
+    plain, ours, said = _routed(_t5(), ids, lambda: dict(do_sample=False, max_new_tokens=12, max_time=600.0),
+                                caplog)
+    assert ours == plain
+    assert "using transformers' assisted decoding" in said and "without prompt lookup" not in said

@@ -20,6 +20,7 @@ the benchmark's data default.
 """
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -551,6 +552,12 @@ def test_a_model_in_training_mode_is_probed_again_once_in_eval_mode(caplog):
     model.train()
     with pytest.raises(ValueError, match="training mode"):
         pld.generate(model, ids, max_new_tokens=8)
+    model.eval()
+    model.transformer.drop.train()  # (one module: a LoRA dropout switched back on)
+    state = torch.get_rng_state()
+    with pytest.raises(ValueError, match="training mode"):
+        pld.generate(model, ids, max_new_tokens=8)
+    assert torch.equal(torch.get_rng_state(), state)  # (the probe's draws undone)
 
 
 @torch_test
@@ -631,3 +638,27 @@ def test_a_module_that_is_no_language_model_is_a_value_error_naming_model():
 
     with pytest.raises(ValueError, match="model: Plain cannot be used by pld.generate: it names no vocabulary"):
         pld.generate(Plain().eval(), torch.tensor([[1, 2, 3]]), max_new_tokens=2)
+
+
+@torch_test
+def test_a_model_whose_embedding_transformers_cannot_find_still_generates():
+    """get_input_embeddings() raises NotImplementedError where transformers
+    cannot find the layer (remote code with its own names): the id check
+    reads config.vocab_size, and the call runs."""
+    import torch
+
+    import pld
+
+    model = mf.tiny_model("llama")
+
+    class NoEmbedding(type(model)):
+        def get_input_embeddings(self):
+            raise NotImplementedError("not found")
+
+    ids = torch.tensor([[5, 9, 13, 7, 22, 5, 9, 13]])
+    plain = mf.greedy(model, ids, 6)
+    twin = copy.copy(model)
+    twin.__class__ = NoEmbedding
+    assert pld.generate(twin, ids, max_new_tokens=6, eos_token_id=None).new_tokens == plain
+    with pytest.raises(ValueError, match=r"input_ids: token ids must be in \[0, "):
+        pld.generate(twin, torch.tensor([[5, model.config.vocab_size]]), max_new_tokens=2)

@@ -201,3 +201,24 @@ def test_a_probe_leaves_another_threads_seeded_sampling_alone():
     forward_cost.forget(probed)
     mf.in_threads(a, b)
     assert out == [alone]
+
+
+def test_a_worker_thread_a_block_starts_gets_the_blocks_options(monkeypatch):
+    """The streaming pattern: generate() runs in a worker thread the block
+    starts while the block's thread reads the streamer. The worker runs
+    in no block of its own, so it gets the (newest) block's options, as
+    before the options moved into the block's thread."""
+    import pld
+    from pld import loop
+
+    model = mf.tiny_model("llama")
+    plain = _greedy(model)
+    configs, out = [], []
+    real = loop.run
+    monkeypatch.setattr(loop, "run", lambda m, i, config, **k: configs.append(config) or real(m, i, config, **k))
+    with pld.enabled(cost_aware=False, min_ngram_size=2):
+        worker = threading.Thread(target=lambda: out.append(_greedy(model, prompt_lookup_num_tokens=4)))
+        worker.start()
+        worker.join(WAIT)
+    assert out == [plain]
+    assert len(configs) == 1 and configs[0].cost_aware is False and configs[0].min_ngram_size == 2
