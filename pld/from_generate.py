@@ -428,7 +428,9 @@ def _within_max_length(output: Any, config: Any) -> Any:
 
 
 def enable(**options: Any) -> None:
-    """Route prompt-lookup generation through pld (idempotent).
+    """Route prompt-lookup generation through pld (idempotent), for the
+    whole process, until :func:`disable` (safe to call from any thread;
+    see :func:`enabled` for a block's own options).
 
     ``options`` are :class:`pld.config.DecodeConfig` fields that a
     generate() call does not set itself (``cost_aware``, ``linear_kernel``,
