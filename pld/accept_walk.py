@@ -191,7 +191,7 @@ def _sample_on_host(nodes: Sequence[int], probs: torch.Tensor, u: Sequence[float
     """_core.accept_sample on ``probs`` (on the host), its refusal of a
     row that is not a distribution said in the caller's terms."""
     try:
-        return _core.accept_sample(nodes, probs.cpu().numpy(), u, *(() if parents is None else (parents,)))
+        return _core.accept_sample(nodes, probs.cpu().numpy(), u, parents)
     except ValueError as error:
         if str(error).startswith("probs: every row"):
             raise ValueError(_NO_MASS) from error

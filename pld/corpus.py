@@ -453,8 +453,8 @@ class Corpus:
         for p in parts:
             digest.update(p)
         # (a link is followed: the file it names gets the corpus, the link stays)
-        folder = os.path.dirname(os.path.realpath(path))
-        target = os.path.join(folder, os.path.basename(os.path.realpath(path)))
+        target = os.path.realpath(path)
+        folder = os.path.dirname(target)
         # (a name of its own length: one near the file system's limit still saves)
         tmp = os.path.join(folder, f".pld-corpus-{secrets.token_hex(8)}.tmp")
         # created 0666 less the umask, as any new file; one it replaces keeps its mode
@@ -514,9 +514,7 @@ class Corpus:
 
 def _check_prefix(data: bytes, size: int, bad: Callable[[str], ValueError]) -> int:
     """The header's length, after the magic, the version and the lengths
-    at the start of ``data`` (a file of ``size`` bytes) are checked."""
-    if size < _PREFIX.size + _DIGEST or len(data) < _PREFIX.size:
-        raise bad(f"truncated: {size} bytes")
+    in ``data`` (the first bytes of a file of ``size`` bytes) are checked."""
     magic, version, hlen = _PREFIX.unpack_from(data, 0)
     if magic != MAGIC:
         raise bad("not a pld corpus file (wrong magic)")
@@ -754,11 +752,7 @@ def _read_file(path: str, bad: Callable[[str], ValueError]
         lengths = array.array(_typecode(4, signed=False), _read_exactly(f, 4 * n_seq, bad))
         tokens = array.array(_typecode(tb, signed=True), _read_exactly(f, tb * n_tok, bad))
         digest = _read_exactly(f, _DIGEST, bad)
-        try:
-            grew = f.read(1)
-        except OSError as e:
-            raise bad(f"cannot be read ({e.strerror or e})") from e
-        if grew:
+        if _read_at_most(f, 1, bad):
             raise bad(f"longer than the {size} bytes it had when opened: changed while read?")
     check = hashlib.sha256(prefix)
     for part in (head, lengths, tokens):
@@ -772,13 +766,19 @@ def _read_file(path: str, bad: Callable[[str], ValueError]
     return header, settings, lengths, tokens
 
 
+def _read_at_most(f: Any, n: int, bad: Callable[[str], ValueError]) -> bytes:
+    """The next ``n`` bytes of ``f``, fewer at its end: ValueError via
+    ``bad`` if it cannot be read."""
+    try:
+        return f.read(n)
+    except OSError as e:
+        raise bad(f"cannot be read ({e.strerror or e})") from e
+
+
 def _read_exactly(f: Any, n: int, bad: Callable[[str], ValueError]) -> bytes:
     """The next ``n`` bytes of ``f``: ValueError via ``bad`` if it ends
     first (the file shrank while read) or cannot be read."""
-    try:
-        data = f.read(n)
-    except OSError as e:
-        raise bad(f"cannot be read ({e.strerror or e})") from e
+    data = _read_at_most(f, n, bad)
     if len(data) != n:
         raise bad(f"ended {n - len(data)} bytes early: changed while read?")
     return data

@@ -491,7 +491,7 @@ def _enable(options: dict) -> None:
 
 def _patch() -> None:
     """Put pld's three attributes in transformers (under _SWITCH; idempotent)."""
-    if _gen_utils.GenerationMixin._assisted_decoding is _pld_assisted_decoding:
+    if is_enabled():
         return
     _original["PromptLookupCandidateGenerator"] = _gen_utils.PromptLookupCandidateGenerator
     _original["_assisted_decoding"] = _gen_utils.GenerationMixin._assisted_decoding
