@@ -170,6 +170,32 @@ size_t pld_index_propose_n(const pld_index *index, size_t k,
                            const pld_lookup_opts *opts, int64_t *out,
                            size_t *ngram);
 
+/* The most occurrences that vote on a draft (pld_index_propose_voted). */
+#define PLD_MAX_VOTERS 16
+
+/* pld_index_propose_n, where under RECENT the newest `voters` valid
+ * occurrences of the matched suffix n-gram vote on the draft, token by
+ * token: the n-gram size is the one RECENT matches with (the largest with a
+ * valid occurrence), and the voters are its valid occurrences, newest first
+ * (the one RECENT drafts from, then the ones before it), at most voters,
+ * each with the continuation RECENT would draft from it (its slice by the
+ * shared rules). At depth d the voters whose continuation has a token d
+ * vote with it; the token most of them give is drafted (a tie goes to the
+ * newest voter's), and only the voters that gave it go on. The draft ends
+ * at k tokens or when no voter is left, and is then cut before its first
+ * eos (PLD_TRANSFORMERS). *ngram as for pld_index_propose_n.
+ *
+ * voters 0 or 1, or a FIRST or FREQUENT index: pld_index_propose_n.
+ * voters above PLD_MAX_VOTERS count as PLD_MAX_VOTERS. Under PLD_SEED every
+ * valid continuation holds k tokens, so a draft is k tokens or none, as
+ * RECENT's. Cost: O(k + n) to find the match, as RECENT, and O(voters *
+ * (k + voters)) to vote, independent of L. Text that repeats (a list, a
+ * template, a summary quoting its source) draws the draft its repeats
+ * share, where RECENT takes whatever followed the newest. */
+size_t pld_index_propose_voted(const pld_index *index, size_t k, size_t voters,
+                               const pld_lookup_opts *opts, int64_t *out,
+                               size_t *ngram);
+
 /* ------------------------------------------------------------------------
  * Token tree: several candidate continuations, merged
  * ------------------------------------------------------------------------

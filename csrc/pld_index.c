@@ -1113,8 +1113,65 @@ static size_t cut_at_eos(const int64_t *draft, size_t count,
     return c;
 }
 
-/* FIRST and RECENT: a slice of the sequence, by the shared rules. */
-static size_t propose_slice(const pld_index *ix, size_t k,
+/* RECENT with voters > 1: the draft that the occurrences of an n-gram
+ * agree on, token by token. The voters are the valid occurrence at cur
+ * (+1, the newest valid one) and those before it, at most `voters`, each
+ * with its continuation (the rule slice). At depth d those whose
+ * continuation is still running vote with its token d; the token most of
+ * them give is drafted (a tie: the newest voter's), and only the voters
+ * that gave it go on. The draft ends at k tokens or when no voter is
+ * left. O(voters * k) reads, and voters^2 compares a token at worst. */
+static size_t propose_voted(const pld_index *ix, uint32_t cur, size_t n, size_t k,
+                            size_t voters, size_t limit, const pld_lookup_opts *opts,
+                            int64_t *out)
+{
+    size_t start[PLD_MAX_VOTERS], count[PLD_MAX_VOTERS];
+    size_t m = 0, d, j, c;
+    while (cur != 0 && m < voters) {
+        /* every occurrence before a valid one is valid (pld_rule_valid) */
+        pld_rule_slice(cur - 1, n, k, limit, opts, &start[m], &count[m]);
+        m++;
+        cur = ix->prev1[n][cur - 1];
+    }
+    for (d = 0; d < k; d++) {
+        size_t kept = 0, best = 0, best_votes = 0;
+        for (j = 0; j < m; j++)
+            if (count[j] > d) {
+                start[kept] = start[j];
+                count[kept++] = count[j];
+            }
+        m = kept;
+        if (m == 0)
+            break;
+        if (m == 1) { /* one voter left: the rest of its continuation */
+            memcpy(out + d, ix->tokens + start[0] + d, (count[0] - d) * sizeof(int64_t));
+            return count[0];
+        }
+        for (j = 0; j < m && best_votes * 2 <= m; j++) {
+            const int64_t t = ix->tokens[start[j] + d];
+            size_t votes = 0;
+            for (c = 0; c < m; c++)
+                votes += ix->tokens[start[c] + d] == t;
+            if (votes > best_votes) {
+                best_votes = votes;
+                best = j;
+            }
+        }
+        out[d] = ix->tokens[start[best] + d];
+        kept = 0;
+        for (j = 0; j < m; j++)
+            if (ix->tokens[start[j] + d] == out[d]) {
+                start[kept] = start[j];
+                count[kept++] = count[j];
+            }
+        m = kept;
+    }
+    return d;
+}
+
+/* FIRST and RECENT: a slice of the sequence, by the shared rules (RECENT
+ * with voters > 1: what the newest valid occurrences agree on). */
+static size_t propose_slice(const pld_index *ix, size_t k, size_t voters,
                             const pld_lookup_opts *opts, int64_t *out,
                             size_t *ngram)
 {
@@ -1130,8 +1187,12 @@ static size_t propose_slice(const pld_index *ix, size_t k,
             const size_t i = cur - 1;
             if (pld_rule_valid(i, n, len, k, limit, opts)) {
                 size_t start, count;
-                pld_rule_slice(i, n, k, limit, opts, &start, &count);
-                memcpy(out, ix->tokens + start, count * sizeof(int64_t));
+                if (voters > 1 && ix->policy == PLD_POLICY_RECENT) {
+                    count = propose_voted(ix, cur, n, k, voters, limit, opts, out);
+                } else {
+                    pld_rule_slice(i, n, k, limit, opts, &start, &count);
+                    memcpy(out, ix->tokens + start, count * sizeof(int64_t));
+                }
                 if (opts->n_eos > 0)
                     count = cut_at_eos(out, count, opts);
                 *ngram = count ? n : 0;
@@ -1193,9 +1254,9 @@ static size_t propose_frequent(const pld_index *ix, size_t k,
     return step;
 }
 
-size_t pld_index_propose_n(const pld_index *ix, size_t k,
-                           const pld_lookup_opts *opts, int64_t *out,
-                           size_t *ngram)
+size_t pld_index_propose_voted(const pld_index *ix, size_t k, size_t voters,
+                               const pld_lookup_opts *opts, int64_t *out,
+                               size_t *ngram)
 {
     size_t unused = 0;
     if (ngram == NULL)
@@ -1205,7 +1266,16 @@ size_t pld_index_propose_n(const pld_index *ix, size_t k,
         return 0;
     if (ix->policy == PLD_POLICY_FREQUENT)
         return propose_frequent(ix, k, opts, out, ngram);
-    return propose_slice(ix, k, opts, out, ngram);
+    if (voters > PLD_MAX_VOTERS)
+        voters = PLD_MAX_VOTERS;
+    return propose_slice(ix, k, voters, opts, out, ngram);
+}
+
+size_t pld_index_propose_n(const pld_index *ix, size_t k,
+                           const pld_lookup_opts *opts, int64_t *out,
+                           size_t *ngram)
+{
+    return pld_index_propose_voted(ix, k, 1, opts, out, ngram);
 }
 
 size_t pld_index_propose(const pld_index *ix, size_t k,

@@ -1251,6 +1251,7 @@ typedef struct {
     int busy;           /* set while the GIL is released over this index */
     int in_step;        /* set while draft_rows' first pass has a row on this index */
     size_t last_ngram;  /* match size behind the last proposal (0: none) */
+    size_t voters;      /* occurrences that vote on a draft (pld_index_propose_voted) */
     int int_cache_ok;   /* made in the interpreter the int cache serves */
 } NgramIndexObject;
 
@@ -1271,14 +1272,15 @@ static int index_check(NgramIndexObject *self)
 
 static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"max_ngram_size", "min_ngram_size", "policy", "seed", NULL};
+    static char *kwlist[] = {"max_ngram_size", "min_ngram_size", "policy", "seed", "voters", NULL};
     PyObject *max_obj = NULL, *min_obj = NULL, *policy_obj = NULL, *seed_obj = Py_None;
-    size_t max_n = 3, min_n = 1;
+    PyObject *voters_obj = NULL;
+    size_t max_n = 3, min_n = 1, voters = 1;
     int policy = PLD_POLICY_FIRST, p;
     uint64_t seed;
     pld_index *fresh;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$O:NgramIndex", kwlist, &max_obj,
-                                     &min_obj, &policy_obj, &seed_obj))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OOO$OO:NgramIndex", kwlist, &max_obj,
+                                     &min_obj, &policy_obj, &seed_obj, &voters_obj))
         return -1;
     if (max_obj && parse_size(max_obj, "max_ngram_size", 1, PLD_MAX_NGRAM, &max_n) < 0)
         return -1;
@@ -1301,6 +1303,13 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
             return -1;
         }
     }
+    if (voters_obj && parse_size(voters_obj, "voters", 1, PLD_MAX_VOTERS, &voters) < 0)
+        return -1;
+    if (voters > 1 && policy != PLD_POLICY_RECENT) {
+        PyErr_Format(PyExc_ValueError, "voters (%zu) above 1 needs policy 'recent', got '%s'", voters,
+                     policy_names[policy]);
+        return -1;
+    }
     if (seed_obj == Py_None)
         seed = random_u64();
     else if (parse_seed(seed_obj, "seed", &seed) < 0)
@@ -1317,6 +1326,7 @@ static int NgramIndex_init(NgramIndexObject *self, PyObject *args, PyObject *kwd
     pld_index_free(self->index); /* only once the new one exists */
     self->index = fresh;
     self->last_ngram = 0;
+    self->voters = voters;
     self->int_cache_ok = int_cache != NULL && PyInterpreterState_Get() == int_cache_interp;
     return 0;
 }
@@ -1404,7 +1414,7 @@ static PyObject *index_draft(NgramIndexObject *self, size_t k, const pld_lookup_
         self->draft = d;
         self->draft_cap = k;
     }
-    n = pld_index_propose_n(self->index, k, opts, self->draft, &self->last_ngram);
+    n = pld_index_propose_voted(self->index, k, self->voters, opts, self->draft, &self->last_ngram);
     return draft_list(self->draft, n, self->int_cache_ok);
 }
 
@@ -1655,7 +1665,7 @@ static PyObject *NgramIndex_get_last_ngram(NgramIndexObject *self, void *c)
 }
 
 /* The getters of the index (which: one of these). */
-enum { INDEX_NBYTES, INDEX_POLICY, INDEX_HASH_SEED, INDEX_MIN_N, INDEX_MAX_N };
+enum { INDEX_NBYTES, INDEX_POLICY, INDEX_HASH_SEED, INDEX_MIN_N, INDEX_MAX_N, INDEX_VOTERS };
 
 static PyObject *NgramIndex_get(NgramIndexObject *self, void *which)
 {
@@ -1667,6 +1677,7 @@ static PyObject *NgramIndex_get(NgramIndexObject *self, void *which)
     case INDEX_POLICY: return PyUnicode_FromString(policy_names[pld_index_policy(self->index)]);
     case INDEX_HASH_SEED: return PyLong_FromUnsignedLongLong(pld_index_key(self->index));
     case INDEX_MIN_N: return PyLong_FromSize_t(pld_index_min_n(self->index));
+    case INDEX_VOTERS: return PyLong_FromSize_t(self->voters);
     default: return PyLong_FromSize_t(pld_index_max_n(self->index));
     }
 }
@@ -1677,6 +1688,12 @@ static PyObject *NgramIndex_repr(NgramIndexObject *self)
         return PyUnicode_FromString("<NgramIndex (uninitialised)>");
     if (self->busy) /* another thread extends it with the GIL released: its length is not ours to read */
         return PyUnicode_FromString("<NgramIndex (in use by another thread)>");
+    if (self->voters > 1)
+        return PyUnicode_FromFormat("NgramIndex(max_ngram_size=%zu, min_ngram_size=%zu, "
+                                    "policy='%s', voters=%zu) with %zu tokens",
+                                    pld_index_max_n(self->index), pld_index_min_n(self->index),
+                                    policy_names[pld_index_policy(self->index)], self->voters,
+                                    pld_index_len(self->index));
     return PyUnicode_FromFormat("NgramIndex(max_ngram_size=%zu, min_ngram_size=%zu, "
                                 "policy='%s') with %zu tokens",
                                 pld_index_max_n(self->index), pld_index_min_n(self->index),
@@ -1990,6 +2007,9 @@ static PyGetSetDef NgramIndex_getset[] = {
            "under one key do not collide under another."),
     GETTER("min_ngram_size", NgramIndex_get, INDEX_MIN_N, "Smallest n-gram size."),
     GETTER("max_ngram_size", NgramIndex_get, INDEX_MAX_N, "Largest n-gram size."),
+    GETTER("voters", NgramIndex_get, INDEX_VOTERS,
+           "How many of the newest valid occurrences of the matched n-gram vote on each draft\n"
+           "token (pld_index_propose_voted); 1: the newest alone."),
     GETTER("last_ngram", NgramIndex_get_last_ngram, 0,
            "Size of the n-gram match behind the last proposal (0: it proposed nothing)."),
     {NULL, NULL, NULL, NULL, NULL}};
@@ -2006,10 +2026,15 @@ static PyTypeObject NgramIndexType = {
     .tp_repr = (reprfunc)NgramIndex_repr,
     .tp_as_sequence = &NgramIndex_as_sequence,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "NgramIndex(max_ngram_size=3, min_ngram_size=1, policy='first', *, seed=None)\n--\n\n"
+    .tp_doc = "NgramIndex(max_ngram_size=3, min_ngram_size=1, policy='first', *, seed=None, voters=1)\n"
+              "--\n\n"
               "An incremental n-gram index over one growing token sequence.\n\n"
               "seed keys the index's hash (an int in [0, 2**64)); None draws a random key, so\n"
-              "ids crafted to collide cannot make extend slow. Proposals never depend on it.",
+              "ids crafted to collide cannot make extend slow. Proposals never depend on it.\n\n"
+              "voters (1..MAX_VOTERS; above 1 only with policy 'recent'): the newest valid\n"
+              "occurrences of the matched n-gram vote on each draft token, the most given\n"
+              "token wins (a tie: the newest's), and only those that gave it go on; 1 drafts\n"
+              "what followed the newest valid occurrence.",
     .tp_methods = NgramIndex_methods,
     .tp_getset = NgramIndex_getset,
     .tp_init = (initproc)NgramIndex_init,
@@ -3496,6 +3521,7 @@ static int module_exec(PyObject *m)
         PyModule_AddObject(m, "CORPUS_MAX_TOKENS", PyLong_FromSize_t(PLD_CORPUS_MAX_TOKENS)) < 0 ||
         PyModule_AddIntConstant(m, "CORPUS_MAX_SEGMENTS", PLD_CORPUS_MAX_SEGMENTS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_NGRAM", PLD_MAX_NGRAM) < 0 ||
+        PyModule_AddIntConstant(m, "MAX_VOTERS", PLD_MAX_VOTERS) < 0 ||
         PyModule_AddIntConstant(m, "MAX_DRAFT", PLD_MAX_DRAFT) < 0 ||
         PyModule_AddObject(m, "MAX_TOKENS", PyLong_FromSize_t(PLD_INDEX_MAX_TOKENS)) < 0)
         return -1;

@@ -7,6 +7,7 @@ TokenIds = Any
 EosIds = Union[None, int, Sequence[int], Any]
 
 MAX_NGRAM: int
+MAX_VOTERS: int  # the most voters an NgramIndex takes
 MAX_DRAFT: int  # the largest num_pred_tokens
 MAX_TOKENS: int  # the most tokens an NgramIndex holds
 CORPUS_MAX_TOKENS: int  # the largest Corpus max_tokens
@@ -14,7 +15,7 @@ CORPUS_MAX_SEGMENTS: int
 
 class NgramIndex:
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1, policy: str = "first",
-                 *, seed: Optional[int] = None) -> None: ...
+                 *, seed: Optional[int] = None, voters: int = 1) -> None: ...
     def extend(self, tokens: Union[int, TokenIds], /) -> None: ...
     def propose(
         self,
@@ -48,6 +49,8 @@ class NgramIndex:
     def max_ngram_size(self) -> int: ...
     @property
     def last_ngram(self) -> int: ...
+    @property
+    def voters(self) -> int: ...
 
 DRAFT_CHECK: Tuple[int, int, int]  # pld.vllm's row check: (head, tail, window) tokens
 DRAFT_STOP_MAX: int  # the most stop_ids draft_rows takes

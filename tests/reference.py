@@ -74,7 +74,26 @@ def _transformers_bounds(i: int, n: int, k: int, L: int, max_length):
     return start, int(end) if end != _INF else end
 
 
-def _lookup(seq, max_n, k, min_n, semantics, max_length, eos, pick_latest):
+def _vote(continuations: list) -> list[int]:
+    """The draft that continuations (newest first) agree on: at each depth
+    those still running vote with their token; the most given wins (a tie:
+    the newest's), and only those that gave it go on."""
+    draft: list[int] = []
+    voters = list(continuations)
+    while True:
+        d = len(draft)
+        voters = [c for c in voters if len(c) > d]
+        if not voters:
+            return draft
+        votes = [sum(other[d] == c[d] for other in voters) for c in voters]
+        token = voters[votes.index(max(votes))][d]
+        draft.append(token)
+        voters = [c for c in voters if c[d] == token]
+
+
+def _lookup(seq, max_n, k, min_n, semantics, max_length, eos, pick_latest, voters=1):
+    """``voters`` > 1 (with pick_latest): the newest ``voters`` valid
+    occurrences of the winning n vote on the draft (pld_index_propose_voted)."""
     seq = [int(t) for t in seq]
     L = len(seq)
     if semantics == "seed":
@@ -83,6 +102,8 @@ def _lookup(seq, max_n, k, min_n, semantics, max_length, eos, pick_latest):
                 continue
             valid = [i for i in _occurrences(seq, n) if _seed_valid(i, n, k, L)]
             if valid:
+                if pick_latest and voters > 1:
+                    return _vote([seq[i + n:i + n + k] for i in valid[::-1][:voters]])
                 i = valid[-1] if pick_latest else valid[0]
                 return seq[i + n:i + n + k]
         return []
@@ -96,6 +117,8 @@ def _lookup(seq, max_n, k, min_n, semantics, max_length, eos, pick_latest):
             if start < end:
                 valid.append((start, end))
         if valid:
+            if pick_latest and voters > 1:
+                return _cut_at_eos(_vote([seq[a:b] for a, b in valid[::-1][:voters]]), eos)
             start, end = valid[-1] if pick_latest else valid[0]
             return _cut_at_eos(seq[start:end], eos)
     return []
@@ -135,7 +158,7 @@ class ReferenceIndex:
     """Reference for ``pld.NgramIndex``: keeps the list and recomputes."""
 
     def __init__(self, max_ngram_size: int = 3, min_ngram_size: int = 1,
-                 policy: str = "first"):
+                 policy: str = "first", voters: int = 1):
         if not (1 <= min_ngram_size <= max_ngram_size):
             raise ValueError("need 1 <= min_ngram_size <= max_ngram_size")
         if policy not in POLICIES:
@@ -143,6 +166,7 @@ class ReferenceIndex:
         self.max_ngram_size = max_ngram_size
         self.min_ngram_size = min_ngram_size
         self.policy = policy
+        self.voters = voters
         self._seq: list[int] = []
 
     def extend(self, tokens) -> None:
@@ -170,7 +194,7 @@ class ReferenceIndex:
         if self.policy in ("first", "recent"):
             return _lookup(self._seq, self.max_ngram_size, k, self.min_ngram_size,
                            semantics, max_length, eos,
-                           pick_latest=(self.policy == "recent"))
+                           pick_latest=(self.policy == "recent"), voters=self.voters)
         return self._propose_frequent(k, semantics, max_length, eos)
 
     def _propose_frequent(self, k, semantics, max_length, eos) -> list[int]:

@@ -113,6 +113,13 @@ CASES = [
     ("ix-policy-none", lambda: pld.NgramIndex(3, 1, None), "policy"),
     ("ix-policy-int", lambda: pld.NgramIndex(3, 1, 0), "policy"),
     ("ix-policy-kw", lambda: pld.NgramIndex(policy="latest"), "policy"),
+    ("ix-voters-0", lambda: pld.NgramIndex(3, 1, "recent", voters=0), "voters"),
+    ("ix-voters-too-many", lambda: pld.NgramIndex(3, 1, "recent", voters=17), "voters"),
+    ("ix-voters-str", lambda: pld.NgramIndex(3, 1, "recent", voters="4"), "voters"),
+    ("ix-voters-float", lambda: pld.NgramIndex(3, 1, "recent", voters=4.0), "voters"),
+    ("ix-voters-first", lambda: pld.NgramIndex(3, 1, voters=2), "voters"),
+    ("ix-voters-frequent", lambda: pld.NgramIndex(3, 1, "frequent", voters=16), "voters"),
+    ("ix-voters-positional", lambda: pld.NgramIndex(3, 1, "recent", None, 4), "NgramIndex"),
     # ---- NgramIndex.propose
     ("ix-propose-k-neg", lambda: _index().propose(-1), "num_pred_tokens"),
     ("ix-propose-k-none", lambda: _index().propose(None), "num_pred_tokens"),

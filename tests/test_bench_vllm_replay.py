@@ -67,7 +67,15 @@ def test_the_curves_start_at_one_and_never_fall():
     assert (cpu(5), cpu(8), cpu(11)) == pytest.approx((1.0, 1.23, 1.32))
 
 
-@pytest.mark.parametrize("name", ["pld", "bound"])
+def test_pld_newest_is_pld_with_one_voter():
+    from pld.vllm import VOTERS
+
+    clock = [0.0]
+    assert vr.drafter("pld", 10, 4096, clock).__self__.options.voters == VOTERS > 1
+    assert vr.drafter("pld-newest", 10, 4096, clock).__self__.options.voters == 1
+
+
+@pytest.mark.parametrize("name", ["pld", "pld-newest", "bound"])
 def test_pld_and_the_bound_replay_a_copy_in_few_forwards(name):
     prompt, output = _pair(2, tail=0)
     clock = [0.0]

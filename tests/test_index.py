@@ -3,7 +3,8 @@
 * policy "first": propose(...) == find_candidate_pred_tokens(tokens, ...)
   under both semantics, as the sequence grows token by token, with random
   truncations and multi-token extends;
-* policies "recent" and "frequent": == tests/reference.py ReferenceIndex;
+* policies "recent" (with 1 to MAX_VOTERS voters) and "frequent": ==
+  tests/reference.py ReferenceIndex;
 * len / tokens() / nbytes / truncate bookkeeping.
 """
 
@@ -67,7 +68,7 @@ def check_against(ix, ref, data, policy):
         assert ix.last_ngram == max(
             n for n in sizes
             if lookup_reference(seq, n, k, n, kw["semantics"], kw.get("max_length"), eos,
-                                pick_latest=policy == "recent"))
+                                pick_latest=policy == "recent", voters=ix.voters))
     else:
         assert ix.min_ngram_size <= ix.last_ngram <= ix.max_ngram_size
 
@@ -83,10 +84,11 @@ def check_against(ix, ref, data, policy):
 )
 def test_index_matches_reference_under_random_ops(policy, max_n, vocab, seed, n_ops, data):
     min_n = data.draw(st.integers(1, max_n))
+    voters = data.draw(st.sampled_from([1, 2, 3, 5, pld._core.MAX_VOTERS])) if policy == "recent" else 1
     rng = random.Random(seed)
-    ix = pld.NgramIndex(max_n, min_n, policy)
-    ref = ReferenceIndex(max_n, min_n, policy)
-    assert (ix.max_ngram_size, ix.min_ngram_size, ix.policy) == (max_n, min_n, policy)
+    ix = pld.NgramIndex(max_n, min_n, policy, voters=voters)
+    ref = ReferenceIndex(max_n, min_n, policy, voters=voters)
+    assert (ix.max_ngram_size, ix.min_ngram_size, ix.policy, ix.voters) == (max_n, min_n, policy, voters)
     if data.draw(st.booleans()):  # sometimes the first propose comes late
         check_against(ix, ref, data, policy)
     cap = 250 if policy == "frequent" else 600
@@ -121,13 +123,14 @@ def test_index_matches_reference_under_random_ops(policy, max_n, vocab, seed, n_
         check_against(ix, ref, data, policy)
 
 
-@pytest.mark.parametrize("policy", ["first", "recent", "frequent"])
-def test_short_sequences_exhaustive(policy):
-    # Every sequence over {1, 2} of length 0..6, on a fresh index that has
-    # never proposed before, for every n-gram range: short sequences are
-    # where n > L and the draft outgrows the sequence.
+@pytest.mark.parametrize("policy,voters", [("first", 1), ("recent", 1), ("recent", 3), ("frequent", 1)])
+def test_short_sequences_exhaustive(policy, voters):
+    # Every sequence over {1, 2} of length 0..6 (0..8 with voters, where
+    # several occurrences must fit), on a fresh index that has never
+    # proposed before, for every n-gram range: short sequences are where
+    # n > L and the draft outgrows the sequence.
     seqs = [[]]
-    for length in range(1, 7):
+    for length in range(1, 7 if voters == 1 else 9):
         seqs += [[1 + ((m >> b) & 1) for b in range(length)] for m in range(2**length)]
     for max_n in (1, 2, 3, 4, 5, 64):
         for min_n in sorted({1, 2, max_n}):
@@ -136,9 +139,9 @@ def test_short_sequences_exhaustive(policy):
             for seq in seqs:
                 for k in (1, 2, 5, 12):
                     for sem in ("seed", "transformers"):
-                        ix = pld.NgramIndex(max_n, min_n, policy)
+                        ix = pld.NgramIndex(max_n, min_n, policy, voters=voters)
                         ix.extend(seq)
-                        ref = ReferenceIndex(max_n, min_n, policy)
+                        ref = ReferenceIndex(max_n, min_n, policy, voters=voters)
                         ref.extend(seq)
                         assert ix.propose(k, semantics=sem) == ref.propose(k, semantics=sem), (
                             max_n, min_n, seq, k, sem)
@@ -298,6 +301,30 @@ def test_index_hand_checked():
     assert t.propose(1) == [1]
     t.truncate(9)
     assert t.propose(1) == [2]
+
+
+def test_voters_hand_checked():
+    # "5 6" occurs at 0, 4, 8, 12 (newest last), each followed by two tokens
+    seq = [5, 6, 1, 2, 5, 6, 1, 3, 5, 6, 9, 9, 5, 6, 1, 3, 5, 6]
+    def index(voters):
+        ix = pld.NgramIndex(2, 2, "recent", voters=voters)
+        ix.extend(seq)
+        return ix
+    assert index(1).propose(2) == [1, 3]  # the newest valid occurrence (12) alone
+    assert index(2).propose(2) == [1, 3]  # 12 and 8: 1 (the newest's) wins the tie, then 3
+    assert index(3).propose(2) == [1, 3]  # 12, 8, 4: 1 two to one; 12 and 4 go on, tie at 3
+    assert index(4).propose(2) == [1, 3]  # 1 three to one; then 3 two to one
+    ix = index(4)
+    ix.extend([1, 2])  # the newest occurrence of "1 2" at 2 has a one-token tail
+    # seq + [1, 2]: "1 2" occurs at 2 and 18 (the suffix): only 2 is valid, so 5, 6
+    assert ix.propose(2) == [5, 6]
+    # under "transformers" a voter leaves when its continuation ends: "6" at 0, 3, 6, 9 (and 12)
+    t = pld.NgramIndex(1, 1, "recent", voters=16)
+    t.extend([6, 7, 8, 6, 7, 8, 6, 7, 9, 6, 7, 9, 6])
+    assert t.propose(3, semantics="transformers") == [7, 9, 6]  # 8, 8, 9, 9: the newest's 9
+    assert t.propose(3, semantics="transformers", max_length=11) == [7, 8, 6]  # 9's ends at 7
+    assert t.propose(3, semantics="transformers", eos_token_id=9) == [7]
+    assert t.voters == 16 and "voters=16" in repr(t)
 
 
 def test_extreme_ids_in_index():

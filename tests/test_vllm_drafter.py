@@ -3,9 +3,9 @@ a fake input batch (a [rows, max_model_len] token array and the rows'
 lengths) that adds, condenses, swaps, preempts, resumes and forks requests,
 and prefills in chunks. Every draft is compared with a brute-force
 reference that knows each row's request and looks the draft up in its
-tokens alone (tests/reference.py, the latest occurrence of the longest
-suffix n-gram: the index's "recent" policy). No torch: these run under the
-sanitizers too.
+tokens alone (tests/reference.py: the newest VOTERS valid occurrences of
+the longest suffix n-gram that has one vote on it, the index's "recent"
+policy with voters). No torch: these run under the sanitizers too.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import pld
 from pld import _core
 from pld.corpus import Corpus
-from pld.vllm import HEAD, MULTI_RANK_VERIFY_COST, WINDOW, Drafter, best_chain
+from pld.vllm import HEAD, MULTI_RANK_VERIFY_COST, VOTERS, WINDOW, Drafter, best_chain
 
 from reference import _lookup
 
@@ -113,12 +113,12 @@ class FakeBatch:
             return seq[i + 1]
         return self.rng.randrange(self.vocab)
 
-    def reference(self, sampled, k: int, max_n: int = 3, min_n: int = 1) -> list:
+    def reference(self, sampled, k: int, max_n: int = 3, min_n: int = 1, voters: int = VOTERS) -> list:
         out = []
         for rid, new in zip(self.order, sampled):
             seq = self.seqs[rid]
             want = min(k, self.max_len - len(seq))
-            out.append(_lookup(seq, max_n, want, min_n, "seed", None, (), pick_latest=True)
+            out.append(_lookup(seq, max_n, want, min_n, "seed", None, (), pick_latest=True, voters=voters)
                        if new and want > 0 else [])
         return out
 
@@ -128,7 +128,7 @@ def drive(drafter: Drafter, batch: FakeBatch, sampled: list, k: int) -> list:
     assert len(drafts) == len(sampled)
     for rid, draft in zip(batch.order, drafts):
         batch.drafts[rid] = list(draft)
-    assert drafts == batch.reference(sampled, k)
+    assert drafts == batch.reference(sampled, k, voters=drafter.options.voters)
     return drafts
 
 
@@ -154,15 +154,16 @@ def random_events(batch: FakeBatch, rng: random.Random, rows: int, vocab: int) -
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 8), k=st.integers(1, 6))
-def test_drafts_equal_a_reference_that_knows_each_rows_request(seed, vocab, k):
+@given(seed=st.integers(0, 2**32 - 1), vocab=st.integers(2, 8), k=st.integers(1, 6),
+       voters=st.sampled_from([VOTERS, VOTERS, 1, 3]))
+def test_drafts_equal_a_reference_that_knows_each_rows_request(seed, vocab, k, voters):
     """Rows added, finished (condensed), swapped, preempted and resumed,
     forked (n > 1), prefilled in chunks, over tiny vocabularies where
     requests look alike: each draft is the one the row's own request gives."""
     rng = random.Random(seed)
     rows = 5
     batch = FakeBatch(rows, 200, rng, vocab)
-    drafter = Drafter(config(k=k, max_model_len=200, max_num_seqs=rows, adaptive=False))
+    drafter = Drafter(config(k=k, max_model_len=200, max_num_seqs=rows, adaptive=False, voters=voters))
     for _ in range(60):
         random_events(batch, rng, rows, vocab)
         drive(drafter, batch, batch.step(), k)
@@ -518,7 +519,7 @@ def test_a_look_alike_taking_a_finished_requests_row_never_drafts_its_ids(python
     tokens[0, :n] = seq_b
     draft = drafter.propose([[seq_b[-1]]], np.array([n]), tokens)[0]
     assert not set(draft) & {777, 778, 779, 780}
-    assert draft == _lookup(seq_b, 3, 4, 1, "seed", None, (), pick_latest=True)
+    assert draft == _lookup(seq_b, 3, 4, 1, "seed", None, (), pick_latest=True, voters=VOTERS)
     assert draft == [555, 556, 557, 558] or delta != -4
 
 
@@ -632,6 +633,10 @@ def test_best_chain_follows_the_most_supported_child():
     (4, {"prompt_lookup_max": _core.MAX_NGRAM + 1}, "prompt_lookup_max"),
     (4, {"prompt_lookup_min": 3, "prompt_lookup_max": 2}, "prompt_lookup_min"),
     (4, {"prompt_lookup_max": "3"}, "prompt_lookup_max"),
+    (4, {"voters": 0}, "voters"),
+    (4, {"voters": _core.MAX_VOTERS + 1}, "voters"),
+    (4, {"voters": "16"}, "voters"),
+    (4, {"voters": True}, "voters"),
     (4, {"adaptive": 1}, "adaptive"),
     (4, {"adaptive": 1.0}, "adaptive"),
     (4, {"adaptive": "sometimes"}, "adaptive"),

@@ -4,9 +4,10 @@
  * over the same sequence, with a shadow copy kept here.
  *
  * After every operation: all three hold the shadow sequence; FIRST
- * proposes exactly what pld_find_candidate_i64 finds; RECENT and FREQUENT
- * agree with the brute-force references of tests/naive_reference.h (while
- * the sequence is short enough for brute force); after ops with bit 0x08,
+ * proposes exactly what pld_find_candidate_i64 finds; RECENT (also with
+ * voters) and FREQUENT agree with the brute-force references of
+ * tests/naive_reference.h (while the sequence is short enough for brute
+ * force); after ops with bit 0x08,
  * every index's propose_tree equals the brute-force trie (ref_tree), with
  * depth, per_ngram and max_nodes read from the input. Aborts on any
  * mismatch.
@@ -111,6 +112,21 @@ static void check_all(pld_index *const ix[3], const int64_t *seq, size_t len,
         if (n != c || (c && memcmp(out, seq + s, c * sizeof *out)))
             fail("RECENT != reference", seq, len, min_n, max_n, k, o, out, n,
                  seq + s, c);
+    }
+
+    for (n = 0; n < 40; n++)
+        out[n] = -4242;
+    {   /* RECENT with voters: 2 .. PLD_MAX_VOTERS + 1 (the cap applies) */
+        const size_t voters = 2 + (k + len) % PLD_MAX_VOTERS;
+        n = pld_index_propose_voted(ix[1], k, voters, o, out, NULL);
+        if (out[k] != -4242 || n > k)
+            fail("RECENT voted wrote past k", seq, len, min_n, max_n, k, o, out, n, NULL, 0);
+        if (len <= BRUTE_MAX && k > 0) {
+            c = ref_voted(seq, len, min_n, max_n, k, o,
+                          voters < PLD_MAX_VOTERS ? voters : PLD_MAX_VOTERS, ref);
+            if (n != c || (c && memcmp(out, ref, c * sizeof *out)))
+                fail("RECENT voted != reference", seq, len, min_n, max_n, k, o, out, n, ref, c);
+        }
     }
 
     for (n = 0; n < 40; n++)

@@ -143,6 +143,79 @@ static inline size_t ref_find(const int64_t *t, size_t len, size_t min_n,
     }
 }
 
+/* pld_index_propose_voted on a RECENT index, by the letter of pld.h: for
+ * the largest n-gram size with a valid occurrence (sizes and validity as
+ * ref_find's), the newest `voters` valid occurrences vote token by token
+ * on their continuations; the draft is then cut before its first eos
+ * (PLD_TRANSFORMERS). Writes it to out[0..return value) (out holds k
+ * tokens). Requires 1 <= voters <= 64. */
+static inline size_t ref_voted(const int64_t *t, size_t len, size_t min_n, size_t max_n,
+                               size_t k, const pld_lookup_opts *o, size_t voters,
+                               int64_t *out)
+{
+    size_t start[64], end[64], m = 0, n, top, d, j, c, i;
+    if (o->semantics == PLD_SEED) {
+        top = max_n;
+    } else {
+        if ((o->max_length >= 0 && (uint64_t)o->max_length == (uint64_t)len + 1) || len == 0)
+            return 0;
+        top = max_n < len - 1 ? max_n : len - 1;
+    }
+    for (n = top; n >= min_n && n >= 1 && m == 0; n--) {
+        if (n > len)
+            continue;
+        for (i = len - n + 1; i-- > 0 && m < voters;) { /* newest first */
+            size_t s = i + n, e;
+            if (!ref_suffix_at(t, len, i, n))
+                continue;
+            if (o->semantics == PLD_SEED) {
+                if (!(k <= len - s && s < len - n))
+                    continue;
+                e = s + k;
+            } else {
+                e = k < len - s ? s + k : len;
+                if (o->max_length >= 0 && (uint64_t)e > (uint64_t)o->max_length)
+                    e = (size_t)o->max_length;
+                if (!(s < e))
+                    continue;
+            }
+            start[m] = s;
+            end[m++] = e;
+        }
+    }
+    for (d = 0; d < k; d++) {
+        size_t kept = 0, best = 0, best_votes = 0;
+        for (j = 0; j < m; j++)
+            if (start[j] + d < end[j]) {
+                start[kept] = start[j];
+                end[kept++] = end[j];
+            }
+        m = kept;
+        if (m == 0)
+            break;
+        for (j = 0; j < m; j++) {
+            size_t votes = 0;
+            for (c = 0; c < m; c++)
+                votes += t[start[c] + d] == t[start[j] + d];
+            if (votes > best_votes) {
+                best_votes = votes;
+                best = j;
+            }
+        }
+        out[d] = t[start[best] + d];
+        kept = 0;
+        for (j = 0; j < m; j++)
+            if (t[start[j] + d] == out[d]) {
+                start[kept] = start[j];
+                end[kept++] = end[j];
+            }
+        m = kept;
+    }
+    for (c = 0; c < d && !ref_is_eos(out[c], o); c++)
+        ;
+    return c;
+}
+
 /* PLD_POLICY_FREQUENT by the letter of pld.h. The draft is built one token
  * at a time: the next token is the most frequent follower (in t, i.e. a
  * position i + n < len) of the longest suffix n-gram of t + draft-so-far

@@ -371,6 +371,25 @@ static int check_index(pld_index *ix, const int64_t *shadow, size_t len,
         ok &= n == rn;
         if (ok && rn)
             ok &= memcmp(out, shadow + rs, rn * sizeof *out) == 0;
+        {
+            /* pld_index_propose_voted: voters 1 is the same draft; more vote */
+            const size_t voters = 1 + (k + len) % (PLD_MAX_VOTERS + 2); /* beyond the cap too */
+            int64_t voted[72], want[72];
+            size_t ngram = 99, got_n, want_n;
+            for (j = 0; j < 72; j++)
+                voted[j] = -777;
+            got_n = pld_index_propose_voted(ix, k, voters, o, voted, &ngram);
+            want_n = ref_voted(shadow, len, min_n, max_n, k, o,
+                               voters < PLD_MAX_VOTERS ? voters : PLD_MAX_VOTERS, want);
+            ok &= got_n == want_n && (got_n == 0 || memcmp(voted, want, got_n * sizeof *want) == 0);
+            ok &= got_n == 0 ? ngram == 0 : (ngram >= min_n && ngram <= max_n);
+            for (j = k; j < 72; j++)
+                ok &= voted[j] == -777; /* nothing written past out[k-1] */
+            CHECKF(ok, "voted: voters=%zu n=[%zu,%zu] k=%zu: got %zu tokens, ref %zu", voters, min_n,
+                   max_n, k, got_n, want_n);
+            if (voters == 1)
+                ok &= got_n == n && (n == 0 || memcmp(voted, out, n * sizeof *out) == 0);
+        }
     } else {
         rn = ref_frequent(shadow, len, min_n, max_n, k, o, ref);
         ok &= n == rn;

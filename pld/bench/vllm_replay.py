@@ -17,6 +17,8 @@ Drafters:
 - ``pld``: pld.vllm.Drafter as vLLM loads it, its budget's clock reading
   the replay's cost so far (so it learns the curve as it would learn the
   engine's step times);
+- ``pld-newest``: the same with ``voters: 1`` (what followed the newest
+  occurrence of the match, not what the newest 16 agree on);
 - ``ngram-matched``: vLLM's NgramProposer at pld's settings (n-grams 1..3,
   k tokens every step: the earliest occurrence of the longest match);
 - ``bound``: pld's whole chain (no budget) cut to the tokens that will be
@@ -44,7 +46,7 @@ CURVES: Dict[str, Callable[[int], float]] = {
     "linear": lambda w: 1.0 + 0.05 * (w - 1),
     "gpu": lambda w: 1.0 + 0.01 * (w - 1),
 }
-DRAFTERS = ("pld", "ngram-matched", "bound")
+DRAFTERS = ("pld", "pld-newest", "ngram-matched", "bound")
 #: The replayed engine's max_model_len (the bench's), or the pair's length if longer.
 MAX_MODEL_LEN = 8192
 
@@ -101,6 +103,8 @@ def drafter(name: str, k: int, max_len: int, clock: List[float]) -> Propose:
 
     if name == "bound":
         config.additional_config = {"pld": {"adaptive": False}}
+    elif name == "pld-newest":
+        config.additional_config = {"pld": {"voters": 1}}
     elif name != "pld":
         raise ValueError(f"drafter: expected one of {', '.join(DRAFTERS)}, got {name!r}")
     pld_drafter = Drafter(config)
