@@ -23,6 +23,7 @@ def test_methods_map_to_vllm_arguments():
     assert vb.speculative_config("pld", 10) == {
         "speculative_config": {"model": "pld.vllm.Drafter", "num_speculative_tokens": 10}}
     assert vb.speculative_config("pld-corpus", 10)["additional_config"] == {"pld": {"learn": True}}
+    assert vb.speculative_config("pld-newest", 10)["additional_config"] == {"pld": {"voters": 1}}
     on_gpu = vb.speculative_config("ngram-gpu", 10)["speculative_config"]
     assert (on_gpu["method"], on_gpu["prompt_lookup_min"], on_gpu["prompt_lookup_max"]) == ("ngram_gpu", 1, 3)
 

@@ -6,7 +6,8 @@ Parts (``--parts``):
            vLLM ngram at its defaults and at settings matched to pld's;
            on a GPU, vLLM's ngram_gpu at pld's settings where the vLLM
            release has it; pld's drafter with the prompt only, and with
-           a corpus kept across the prompts), one request at a time and
+           a corpus kept across the prompts; on request ``pld-newest``,
+           pld's drafter with ``voters: 1``), one request at a time and
            ``--concurrency`` requests at once, every engine kept alive
            and the methods alternating per prompt (per batch); tokens
            per forward from vLLM's per-request spec-decode metrics;
@@ -52,7 +53,7 @@ import numpy as np
 from ..config import check_size
 from . import report
 
-METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "ngram-gpu", "suffix", "pld", "pld-corpus")
+METHODS = ("plain", "plain-again", "ngram", "ngram-matched", "ngram-gpu", "suffix", "pld", "pld-newest", "pld-corpus")
 #: The drafter's time: (rows, tokens of context) a case.
 DRAFTER_CASES = ((1, 1024), (1, 4096), (1, 16384), (1, 32768), (64, 16384))
 
@@ -148,6 +149,8 @@ def speculative_config(method: str, k: int) -> Dict[str, Any]:
     spec = {"speculative_config": {"model": "pld.vllm.Drafter", "num_speculative_tokens": k}}
     if method == "pld-corpus":
         spec["additional_config"] = {"pld": {"learn": True}}
+    elif method == "pld-newest":  # (what followed the newest occurrence of the match: no vote)
+        spec["additional_config"] = {"pld": {"voters": 1}}
     return spec
 
 
